@@ -1,0 +1,136 @@
+// Package keys defines Canopy's logical keyspace.
+//
+// Every key a range holds is a logical key. System keys start with 0x00,
+// user keys with 0x01 (the client library adds and strips that byte, so a
+// user may use any bytes as a key):
+//
+//	0x00 'a' + end key of a range       meta: range descriptor (plain key)
+//	0x00 'b' 'n' + node ID (8 bytes)    meta: node descriptor (plain key)
+//	0x00 'c'                            oracle upper bound (plain key)
+//	0x00 'h' + reversed start_ts        transaction heartbeat record (plain key)
+//	0x00 's' + encoding's key           transaction status table (plain key)
+//	0x01 + user key                     user data (MVCC)
+//
+// Initial range layout (see kvserver.Bootstrap):
+//
+//	r1 ["", 0x00 'h')                   meta and oracle; never split
+//	r2 [0x00 'h', 0x00 's')             heartbeat records
+//	status ranges over [0x00 's', 0x01), pre-split so that consecutive
+//	  start timestamps land on different ranges (the tickets row key is bit
+//	  reversed, so its top bits vary fastest)
+//	user ranges over [0x01, 0xff), pre-split on request
+package keys
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+)
+
+var (
+	// MinKey is the first logical key; MaxKey bounds the keyspace.
+	MinKey = []byte{}
+	MaxKey = []byte{0xff}
+
+	MetaPrefix      = []byte{0x00, 'a'}
+	NodePrefix      = []byte{0x00, 'b', 'n'}
+	OracleBoundKey  = []byte{0x00, 'c'}
+	HeartbeatPrefix = []byte{0x00, 'h'}
+	StatusPrefix    = []byte{0x00, 's'}
+	SystemEnd       = []byte{0x01}
+	UserPrefix      = []byte{0x01}
+	UserEnd         = []byte{0x02}
+)
+
+// Limits on user input, enforced by client and server (InvalidArgument).
+const (
+	// KeyBytesMax is the largest user key.
+	KeyBytesMax = 4 << 10
+	// ValueBytesMax is the largest value.
+	ValueBytesMax = 4 << 20
+	// TxnKeysMax is the most keys one transaction may write.
+	TxnKeysMax = 10000
+	// RequestBytesMax is the largest request a node accepts.
+	RequestBytesMax = 32 << 20
+)
+
+// UserKey maps a user key into the logical keyspace.
+func UserKey(k []byte) []byte {
+	out := make([]byte, 1+len(k))
+	out[0] = UserPrefix[0]
+	copy(out[1:], k)
+	return out
+}
+
+// StripUser is the inverse of UserKey.
+func StripUser(k []byte) ([]byte, error) {
+	if len(k) == 0 || k[0] != UserPrefix[0] {
+		return nil, fmt.Errorf("keys: %q is not a user key", k)
+	}
+	return k[1:], nil
+}
+
+// UserSpanEnd maps the end of a user scan; an empty end means "to the end
+// of the user keyspace".
+func UserSpanEnd(end []byte) []byte {
+	if len(end) == 0 {
+		return append([]byte(nil), UserEnd...)
+	}
+	return UserKey(end)
+}
+
+// IsUser reports whether k is in the user keyspace.
+func IsUser(k []byte) bool { return len(k) > 0 && k[0] == UserPrefix[0] }
+
+// MetaKey is the meta record key of a range with the given end key.
+func MetaKey(rangeEnd []byte) []byte { return append(append([]byte(nil), MetaPrefix...), rangeEnd...) }
+
+// MetaLookupKey is the key to SeekGE to find the range containing k: the
+// first meta record whose end key is greater than k.
+func MetaLookupKey(k []byte) []byte { return append(MetaKey(k), 0x00) }
+
+// NodeKey is the key of a node descriptor.
+func NodeKey(nodeID uint64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte(nil), NodePrefix...), nodeID)
+}
+
+// HeartbeatKey is the key of the heartbeat record of the transaction that
+// started at startTs. The timestamp is bit reversed to spread records.
+func HeartbeatKey(startTs uint64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte(nil), HeartbeatPrefix...), bits.Reverse64(startTs))
+}
+
+// StatusKey prefixes an encoding's key with StatusPrefix.
+func StatusKey(encoded []byte) []byte {
+	return append(append([]byte(nil), StatusPrefix...), encoded...)
+}
+
+// StatusSplitKeys returns n-1 split points that divide the status table in
+// n ranges by the top bits of the first byte after the prefix. n must be a
+// power of two no larger than 256.
+func StatusSplitKeys(n int) [][]byte {
+	var out [][]byte
+	for i := 1; i < n; i++ {
+		out = append(out, append(append([]byte(nil), StatusPrefix...), byte(i*256/n)))
+	}
+	return out
+}
+
+// UserSplitKeys returns n-1 split points dividing the user keyspace
+// evenly by the first byte of the user key.
+func UserSplitKeys(n int) [][]byte {
+	var out [][]byte
+	for i := 1; i < n; i++ {
+		out = append(out, UserKey([]byte{byte(i * 256 / n)}))
+	}
+	return out
+}
+
+// Next returns the smallest key greater than k.
+func Next(k []byte) []byte { return append(append([]byte(nil), k...), 0) }
+
+// Contains reports whether k is in [start, end).
+func Contains(start, end, k []byte) bool {
+	return bytes.Compare(k, start) >= 0 && bytes.Compare(k, end) < 0
+}
