@@ -1,0 +1,45 @@
+// Package txnstatus holds the transaction status table's encodings and its
+// selective-batching loader: the pure, deterministic parts of the table,
+// following AtlasDB ADR 16 (seed 003, "tickets encoding").
+//
+// The status table maps start_ts -> commit_ts or aborted. A transaction
+// commits exactly when put-unless-exists(Key(start_ts), EncodeValue(start_ts,
+// commit_ts)) succeeds (invariant I1); the table lives under
+// keys.StatusPrefix and that write is made by the server, not here.
+//
+// # Encodings
+//
+//   - NewV1: the record's original layout. key = VarLong(start_ts), value =
+//     VarLong(commit_ts), aborted = VarLong(-1) (ten bytes). Keys sort in
+//     timestamp order, so all writes of the moment go to one range (the
+//     hotspot the record describes). Kept as the baseline.
+//   - NewTickets: the record's tickets layout. key = 8-byte big-endian
+//     bits.Reverse64(row) + VarLong(column), value = VarLong(commit_ts -
+//     start_ts) or empty for aborted. Consecutive start timestamps get
+//     different top key bits and so land on different ranges when the table
+//     is pre-split with keys.StatusSplitKeys (a power of two up to NP).
+//
+// VarLong is the record's VAR_LONG, an order-preserving, minimal
+// prefix-length encoding of uint64 (see varlong.go for the layout).
+//
+// # Contract for callers
+//
+//  1. Pick one Encoding per cluster at bootstrap and never change it: the two
+//     encodings give different keys for the same start_ts, and a reader using
+//     the wrong one would see "no record" (pending) for a decided transaction.
+//     Migration between them (the record's "live migrations") is not
+//     implemented.
+//  2. Prefix keys with keys.StatusKey before storing them; StartTs takes the
+//     key without the prefix.
+//  3. Pass commit_ts = Aborted (0) to record an abort, or a commit_ts above
+//     start_ts; anything else is ErrInvalidArgument. Oracle timestamps are
+//     never 0.
+//  4. DecodeValue and StartTs check what they read; a failure wraps
+//     ErrCorruption and must not be taken as "pending" or "aborted".
+//  5. Range scans (backup): v1 keys sort by start_ts; tickets keys sort by
+//     (reversed row, column), so a scan of a start_ts interval reads the
+//     whole table (or the rows of the partitions involved) and filters with
+//     StartTs. Within one row, keys sort by start_ts.
+//  6. Batched lookups: split tickets keys into cells with SplitTicketsKey
+//     and group them into requests with PartitionForLoad.
+package txnstatus
