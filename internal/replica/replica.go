@@ -1,0 +1,717 @@
+package replica
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/canopy-db/canopy/internal/storage"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Errors returned by Propose and Read.
+var (
+	// ErrNotLeader: this replica is not the Raft leader (the leaseholder).
+	// Nothing was proposed. The leader hint is in Status().
+	ErrNotLeader = errors.New("replica: not the leader")
+	// ErrProposalDropped: the proposal definitely never applied.
+	ErrProposalDropped = errors.New("replica: proposal dropped")
+	// ErrAmbiguous: the proposal may or may not apply.
+	ErrAmbiguous = errors.New("replica: proposal outcome unknown")
+	// ErrStopped: the replica was stopped.
+	ErrStopped = errors.New("replica: stopped")
+)
+
+// StateMachine is the range's deterministic state, kept in the engine.
+type StateMachine interface {
+	// Apply evaluates the command cmd of the entry at index into b and
+	// returns its result for the proposer. after, if not nil, runs once b
+	// is committed to the engine (side effects such as starting the right
+	// hand side of a split). Apply panics on an engine error: a replica
+	// that cannot apply its log must stop rather than diverge (I5).
+	Apply(b *storage.Batch, index uint64, cmd []byte) (result any, after func())
+	// SnapshotData serialises the range's data as read from r.
+	SnapshotData(r storage.Reader) ([]byte, error)
+	// ApplySnapshot replaces the range's data with data, writing into b.
+	ApplySnapshot(b *storage.Batch, data []byte) (after func(), err error)
+}
+
+// Transport sends Raft messages of a range to other nodes. Send must not
+// block on the network; messages may be lost (Raft retransmits).
+type Transport interface {
+	Send(rangeID uint64, msgs []raftpb.Message)
+}
+
+// Config configures a Replica. Zero fields take defaults.
+type Config struct {
+	RangeID uint64
+	// NodeID is the Raft ID of this replica (one replica per node per range).
+	NodeID    uint64
+	Engine    *storage.Engine
+	SM        StateMachine
+	Transport Transport
+	// ElectionTicks is the election timeout in ticks (default 10). Raft
+	// randomises it in [ElectionTicks, 2*ElectionTicks).
+	ElectionTicks int
+	// HeartbeatTicks is the leader's heartbeat interval in ticks (default 1).
+	HeartbeatTicks int
+	// LogEntriesKeep is how many applied entries stay in the log after a
+	// truncation; the log is truncated when it exceeds twice this number
+	// (default 500). Followers further behind catch up by snapshot.
+	LogEntriesKeep uint64
+	// ProposalsMax bounds proposals waiting in the queue (default 4096).
+	ProposalsMax int
+	Logger       *slog.Logger
+}
+
+func (c *Config) ensureDefaults() {
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = 10
+	}
+	if c.HeartbeatTicks == 0 {
+		c.HeartbeatTicks = 1
+	}
+	if c.LogEntriesKeep == 0 {
+		c.LogEntriesKeep = 500
+	}
+	if c.ProposalsMax == 0 {
+		c.ProposalsMax = 4096
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Status is a snapshot of the replica's Raft state.
+type Status struct {
+	RangeID  uint64
+	Leader   uint64
+	IsLeader bool
+	Term     uint64
+	Commit   uint64
+	Applied  uint64
+	// Truncated is the index of the last entry removed from the log.
+	Truncated uint64
+}
+
+type proposal struct {
+	id     uint64
+	data   []byte
+	done   chan proposalResult // buffered, receives once
+	index  uint64              // set once appended to the local log
+	term   uint64
+	handed bool // given to RawNode.Propose; guarded by Replica.mu
+}
+
+type proposalResult struct {
+	result any
+	err    error
+}
+
+type readWaiter struct {
+	done  chan error // buffered, receives once
+	index uint64
+}
+
+// Replica is one member of a range's Raft group on this node.
+type Replica struct {
+	cfg Config
+	rs  *raftStorage
+
+	// mu guards the inbox; the loop drains it.
+	mu struct {
+		sync.Mutex
+		msgs      []raftpb.Message
+		props     []*proposal
+		reads     []*readWaiter
+		ticks     int
+		campaign  bool
+		transfer  uint64
+		unreach   []uint64
+		snapFails []uint64
+		stopped   bool
+	}
+	notify chan struct{}
+	stopc  chan struct{}
+	donec  chan struct{}
+
+	// Loop-owned state: touched only by the replica's goroutine.
+	rn         *raft.RawNode
+	confState  raftpb.ConfState
+	applied    uint64
+	truncIndex uint64
+	lastIndex  uint64
+	proposals  map[uint64]*proposal // by proposal id, handed to Raft
+	byIndex    map[uint64]*proposal // by log index, once appended
+	readCtx    map[string][]*readWaiter
+	applyWait  []*readWaiter // have a read index, wait for applied >= index
+
+	status atomic.Pointer[Status]
+}
+
+// New loads a replica's Raft state from the engine and returns it, not yet
+// running. An uninitialized replica (no state for the range) has an empty
+// configuration and can only receive a snapshot.
+func New(cfg Config) (*Replica, error) {
+	cfg.ensureDefaults()
+	ps, err := loadState(cfg.Engine, cfg.RangeID)
+	if err != nil {
+		return nil, err
+	}
+	r := &Replica{
+		cfg:       cfg,
+		notify:    make(chan struct{}, 1),
+		stopc:     make(chan struct{}),
+		donec:     make(chan struct{}),
+		proposals: map[uint64]*proposal{},
+		byIndex:   map[uint64]*proposal{},
+		readCtx:   map[string][]*readWaiter{},
+	}
+	ms := raft.NewMemoryStorage()
+	if ps.truncIndex > 0 {
+		if err := ms.ApplySnapshot(raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{
+			Index: ps.truncIndex, Term: ps.truncTerm, ConfState: ps.conf}}); err != nil {
+			return nil, err
+		}
+	}
+	if err := ms.Append(ps.entries); err != nil {
+		return nil, err
+	}
+	if err := ms.SetHardState(ps.hard); err != nil {
+		return nil, err
+	}
+	r.rs = &raftStorage{MemoryStorage: ms, r: r}
+	r.confState = ps.conf
+	r.applied = ps.applied
+	r.truncIndex = ps.truncIndex
+	r.lastIndex, _ = ms.LastIndex()
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID:                        cfg.NodeID,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   r.rs,
+		Applied:                   ps.applied,
+		MaxSizePerMsg:             1 << 20,
+		MaxInflightMsgs:           256,
+		MaxCommittedSizePerReady:  8 << 20,
+		MaxUncommittedEntriesSize: 64 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		DisableProposalForwarding: true,
+		Logger:                    raftLogger{cfg.Logger.With("range", cfg.RangeID)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replica r%d: %w", cfg.RangeID, err)
+	}
+	r.rn = rn
+	r.publishStatus()
+	return r, nil
+}
+
+// Start runs the replica's loop until Stop.
+func (r *Replica) Start() { go r.loop() }
+
+// Stop ends the loop and fails waiting callers. It waits for the loop.
+func (r *Replica) Stop() {
+	r.mu.Lock()
+	if r.mu.stopped {
+		r.mu.Unlock()
+		<-r.donec
+		return
+	}
+	r.mu.stopped = true
+	r.mu.Unlock()
+	close(r.stopc)
+	<-r.donec
+}
+
+// RangeID returns the range's ID.
+func (r *Replica) RangeID() uint64 { return r.cfg.RangeID }
+
+// Status returns the latest published Raft status.
+func (r *Replica) Status() Status { return *r.status.Load() }
+
+// Initialized reports whether the replica has a configuration (it was
+// created by bootstrap or split, or received a snapshot).
+func (r *Replica) Initialized() bool { return r.Status().Applied >= InitialIndex }
+
+// Step hands an incoming Raft message to the replica.
+func (r *Replica) Step(m raftpb.Message) {
+	r.enqueue(func() { r.mu.msgs = append(r.mu.msgs, m) })
+}
+
+// Tick advances the replica's logical clock by one tick.
+func (r *Replica) Tick() { r.enqueue(func() { r.mu.ticks++ }) }
+
+// Campaign asks the replica to start an election now.
+func (r *Replica) Campaign() { r.enqueue(func() { r.mu.campaign = true }) }
+
+// TransferLeader asks the leader to hand leadership to node to.
+func (r *Replica) TransferLeader(to uint64) { r.enqueue(func() { r.mu.transfer = to }) }
+
+// ReportUnreachable tells Raft that node to could not be reached.
+func (r *Replica) ReportUnreachable(to uint64) {
+	r.enqueue(func() { r.mu.unreach = append(r.mu.unreach, to) })
+}
+
+// ReportSnapshotFailure tells Raft that a snapshot to node to was lost.
+func (r *Replica) ReportSnapshotFailure(to uint64) {
+	r.enqueue(func() { r.mu.snapFails = append(r.mu.snapFails, to) })
+}
+
+func (r *Replica) enqueue(f func()) {
+	r.mu.Lock()
+	f()
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Propose replicates cmd and returns the result of applying it. See the
+// package comment for the three outcomes.
+func (r *Replica) Propose(ctx context.Context, cmd []byte) (any, error) {
+	if st := r.Status(); !st.IsLeader {
+		return nil, ErrNotLeader
+	}
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	p := &proposal{
+		id:   binary.BigEndian.Uint64(idb[:]) | 1, // 0 marks "no id"
+		done: make(chan proposalResult, 1),
+	}
+	p.data = append(idb[:0:0], idb[:]...)
+	binary.BigEndian.PutUint64(p.data, p.id)
+	p.data = append(p.data, cmd...)
+	r.mu.Lock()
+	if r.mu.stopped {
+		r.mu.Unlock()
+		return nil, ErrStopped
+	}
+	if len(r.mu.props) >= r.cfg.ProposalsMax {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d proposals queued (ProposalsMax)", ErrProposalDropped, r.cfg.ProposalsMax)
+	}
+	r.mu.props = append(r.mu.props, p)
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+	select {
+	case res := <-p.done:
+		return res.result, res.err
+	case <-ctx.Done():
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if !p.handed {
+			for i, q := range r.mu.props {
+				if q == p {
+					r.mu.props = append(r.mu.props[:i], r.mu.props[i+1:]...)
+					break
+				}
+			}
+			return nil, fmt.Errorf("%w: %v", ErrProposalDropped, ctx.Err())
+		}
+		return nil, fmt.Errorf("%w: %v", ErrAmbiguous, ctx.Err())
+	case <-r.stopc:
+		return nil, ErrAmbiguous
+	}
+}
+
+// ReadIndex waits until this replica, as leader, has confirmed its
+// leadership with a quorum and applied every entry committed before the
+// call. A read of the engine after it returns nil is linearizable.
+func (r *Replica) ReadIndex(ctx context.Context) error {
+	if st := r.Status(); !st.IsLeader {
+		return ErrNotLeader
+	}
+	w := &readWaiter{done: make(chan error, 1)}
+	r.enqueue(func() { r.mu.reads = append(r.mu.reads, w) })
+	select {
+	case err := <-w.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.stopc:
+		return ErrStopped
+	}
+}
+
+func (r *Replica) publishStatus() {
+	bs := r.rn.BasicStatus()
+	r.status.Store(&Status{
+		RangeID:   r.cfg.RangeID,
+		Leader:    bs.Lead,
+		IsLeader:  bs.RaftState == raft.StateLeader,
+		Term:      bs.Term,
+		Commit:    bs.Commit,
+		Applied:   r.applied,
+		Truncated: r.truncIndex,
+	})
+}
+
+func (r *Replica) loop() {
+	defer close(r.donec)
+	defer r.failAll(ErrStopped)
+	for {
+		select {
+		case <-r.stopc:
+			return
+		case <-r.notify:
+		}
+		r.drainInbox()
+		for r.rn.HasReady() {
+			r.handleReady(r.rn.Ready())
+		}
+		r.publishStatus()
+	}
+}
+
+func (r *Replica) drainInbox() {
+	r.mu.Lock()
+	msgs, props, reads := r.mu.msgs, r.mu.props, r.mu.reads
+	ticks, campaign, transfer := r.mu.ticks, r.mu.campaign, r.mu.transfer
+	unreach, snapFails := r.mu.unreach, r.mu.snapFails
+	r.mu.msgs, r.mu.props, r.mu.reads = nil, nil, nil
+	r.mu.ticks, r.mu.campaign, r.mu.transfer = 0, false, 0
+	r.mu.unreach, r.mu.snapFails = nil, nil
+	for _, p := range props {
+		p.handed = true
+	}
+	r.mu.Unlock()
+
+	for i := 0; i < ticks; i++ {
+		r.rn.Tick()
+	}
+	for _, m := range msgs {
+		// Errors here are messages for an unknown peer or a stale term;
+		// Raft has already ignored them.
+		_ = r.rn.Step(m)
+	}
+	for _, to := range unreach {
+		r.rn.ReportUnreachable(to)
+	}
+	for _, to := range snapFails {
+		r.rn.ReportSnapshot(to, raft.SnapshotFailure)
+	}
+	if campaign {
+		_ = r.rn.Campaign()
+	}
+	if transfer != 0 {
+		r.rn.TransferLeader(transfer)
+	}
+	isLeader := r.rn.BasicStatus().RaftState == raft.StateLeader
+	for _, p := range props {
+		if !isLeader {
+			p.done <- proposalResult{err: ErrNotLeader}
+			continue
+		}
+		if err := r.rn.Propose(p.data); err != nil {
+			p.done <- proposalResult{err: fmt.Errorf("%w: %v", ErrProposalDropped, err)}
+			continue
+		}
+		r.proposals[p.id] = p
+	}
+	if len(reads) > 0 {
+		if !isLeader {
+			for _, w := range reads {
+				w.done <- ErrNotLeader
+			}
+		} else {
+			// One ReadIndex serves every read queued so far.
+			var ctx [8]byte
+			_, _ = rand.Read(ctx[:])
+			r.readCtx[string(ctx[:])] = reads
+			r.rn.ReadIndex(ctx[:])
+		}
+	}
+}
+
+func (r *Replica) handleReady(rd raft.Ready) {
+	if rd.SoftState != nil && rd.SoftState.RaftState != raft.StateLeader {
+		// Pending ReadIndex requests may never be answered now.
+		for k, ws := range r.readCtx {
+			for _, w := range ws {
+				w.done <- ErrNotLeader
+			}
+			delete(r.readCtx, k)
+		}
+	}
+	// 1. Persist.
+	b := r.cfg.Engine.NewWriteBatch()
+	var after []func()
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		a, err := r.applySnapshot(b, rd.Snapshot)
+		if err != nil {
+			r.cfg.Logger.Error("rejecting snapshot", "range", r.cfg.RangeID, "err", err)
+			b.Close()
+			// The snapshot is not persisted; Raft's view now runs ahead of
+			// the disk, so stop this replica rather than diverge.
+			panic(fmt.Sprintf("replica r%d: applying snapshot: %v", r.cfg.RangeID, err))
+		}
+		after = append(after, a)
+	}
+	if err := appendEntries(b, r.cfg.RangeID, rd.Entries, r.lastIndex); err != nil {
+		panic(err)
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		hb, err := rd.HardState.Marshal()
+		if err != nil {
+			panic(err)
+		}
+		_ = b.Set(storage.RangeLocalKey(r.cfg.RangeID, storage.SuffixHardState), hb)
+	}
+	if !b.Empty() {
+		if err := b.Commit(rd.MustSync || !raft.IsEmptySnap(rd.Snapshot)); err != nil {
+			panic(fmt.Sprintf("replica r%d: persisting Raft state: %v", r.cfg.RangeID, err))
+		}
+	}
+	b.Close()
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		if err := r.rs.ApplySnapshot(rd.Snapshot); err != nil {
+			panic(err)
+		}
+		r.applied = rd.Snapshot.Metadata.Index
+		r.truncIndex = rd.Snapshot.Metadata.Index
+		r.confState = rd.Snapshot.Metadata.ConfState
+		r.lastIndex = rd.Snapshot.Metadata.Index
+	}
+	if len(rd.Entries) > 0 {
+		if err := r.rs.Append(rd.Entries); err != nil {
+			panic(err)
+		}
+		r.lastIndex = rd.Entries[len(rd.Entries)-1].Index
+		for _, e := range rd.Entries {
+			id := entryID(e)
+			if old := r.byIndex[e.Index]; old != nil && old.id != id {
+				old.done <- proposalResult{err: ErrProposalDropped}
+				delete(r.byIndex, e.Index)
+				delete(r.proposals, old.id)
+			}
+			if p := r.proposals[id]; p != nil && id != 0 {
+				p.index, p.term = e.Index, e.Term
+				r.byIndex[e.Index] = p
+			}
+		}
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		_ = r.rs.SetHardState(rd.HardState)
+	}
+	// 2. Send.
+	if len(rd.Messages) > 0 {
+		r.cfg.Transport.Send(r.cfg.RangeID, rd.Messages)
+	}
+	// 3. Apply.
+	after = append(after, r.applyEntries(rd.CommittedEntries)...)
+	for _, f := range after {
+		if f != nil {
+			f()
+		}
+	}
+	// 4. Reads.
+	for _, rs := range rd.ReadStates {
+		ws := r.readCtx[string(rs.RequestCtx)]
+		delete(r.readCtx, string(rs.RequestCtx))
+		for _, w := range ws {
+			w.index = rs.Index
+			r.applyWait = append(r.applyWait, w)
+		}
+	}
+	r.serveReads()
+	// 5. Advance.
+	r.rn.Advance(rd)
+	r.maybeTruncate()
+}
+
+func entryID(e raftpb.Entry) uint64 {
+	if e.Type != raftpb.EntryNormal || len(e.Data) < 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(e.Data[:8])
+}
+
+func (r *Replica) applyEntries(ents []raftpb.Entry) []func() {
+	if len(ents) == 0 {
+		return nil
+	}
+	b := r.cfg.Engine.NewBatch()
+	defer b.Close()
+	type delivery struct {
+		p   *proposal
+		res proposalResult
+	}
+	var deliveries []delivery
+	var after []func()
+	for _, e := range ents {
+		if e.Index <= r.applied {
+			continue
+		}
+		switch e.Type {
+		case raftpb.EntryNormal:
+			if len(e.Data) >= 8 {
+				result, a := r.cfg.SM.Apply(b, e.Index, e.Data[8:])
+				after = append(after, a)
+				id := entryID(e)
+				if p := r.byIndex[e.Index]; p != nil {
+					delete(r.byIndex, e.Index)
+					delete(r.proposals, p.id)
+					if p.id == id {
+						deliveries = append(deliveries, delivery{p, proposalResult{result: result}})
+					} else {
+						deliveries = append(deliveries, delivery{p, proposalResult{err: ErrProposalDropped}})
+					}
+				}
+			}
+		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
+			var cc raftpb.ConfChangeI
+			if e.Type == raftpb.EntryConfChange {
+				var c raftpb.ConfChange
+				if err := c.Unmarshal(e.Data); err != nil {
+					panic(err)
+				}
+				cc = c
+			} else {
+				var c raftpb.ConfChangeV2
+				if err := c.Unmarshal(e.Data); err != nil {
+					panic(err)
+				}
+				cc = c
+			}
+			r.confState = *r.rn.ApplyConfChange(cc)
+			cb, _ := r.confState.Marshal()
+			_ = b.Set(storage.RangeLocalKey(r.cfg.RangeID, storage.SuffixConfState), cb)
+		}
+		r.applied = e.Index
+	}
+	_ = b.Set(storage.RangeLocalKey(r.cfg.RangeID, storage.SuffixApplied), encodeIndexTerm(r.applied, 0))
+	// No sync: the entries are already durable in the log, and the applied
+	// index moves with the data, so a lost batch is re-applied on restart.
+	if err := b.Commit(false); err != nil {
+		panic(fmt.Sprintf("replica r%d: applying entries: %v", r.cfg.RangeID, err))
+	}
+	for _, d := range deliveries {
+		d.p.done <- d.res
+	}
+	return after
+}
+
+func (r *Replica) serveReads() {
+	kept := r.applyWait[:0]
+	for _, w := range r.applyWait {
+		if w.index <= r.applied {
+			w.done <- nil
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	r.applyWait = kept
+}
+
+func (r *Replica) maybeTruncate() {
+	keep := r.cfg.LogEntriesKeep
+	if r.applied < r.truncIndex+2*keep {
+		return
+	}
+	newTrunc := r.applied - keep
+	term, err := r.rs.Term(newTrunc)
+	if err != nil {
+		return
+	}
+	b := r.cfg.Engine.NewWriteBatch()
+	defer b.Close()
+	_ = b.DeleteRange(storage.RaftLogKey(r.cfg.RangeID, r.truncIndex+1), storage.RaftLogKey(r.cfg.RangeID, newTrunc+1))
+	_ = b.Set(storage.RangeLocalKey(r.cfg.RangeID, storage.SuffixTruncated), encodeIndexTerm(newTrunc, term))
+	if err := b.Commit(false); err != nil {
+		panic(err)
+	}
+	if err := r.rs.Compact(newTrunc); err != nil {
+		panic(err)
+	}
+	r.truncIndex = newTrunc
+}
+
+func (r *Replica) makeSnapshot() (raftpb.Snapshot, error) {
+	term, err := r.rs.Term(r.applied)
+	if err != nil {
+		return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable
+	}
+	snap := r.cfg.Engine.NewSnapshot()
+	defer snap.Close()
+	data, err := r.cfg.SM.SnapshotData(snap)
+	if err != nil {
+		r.cfg.Logger.Error("building snapshot", "range", r.cfg.RangeID, "err", err)
+		return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable
+	}
+	return raftpb.Snapshot{Data: data, Metadata: raftpb.SnapshotMetadata{
+		Index: r.applied, Term: term, ConfState: r.confState}}, nil
+}
+
+func (r *Replica) applySnapshot(b *storage.Batch, snap raftpb.Snapshot) (func(), error) {
+	after, err := r.cfg.SM.ApplySnapshot(b, snap.Data)
+	if err != nil {
+		return nil, err
+	}
+	id := r.cfg.RangeID
+	_ = b.DeleteRange(storage.RaftLogKey(id, 0), raftLogEnd(id))
+	m := snap.Metadata
+	cb, err := m.ConfState.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	_ = b.Set(storage.RangeLocalKey(id, storage.SuffixConfState), cb)
+	_ = b.Set(storage.RangeLocalKey(id, storage.SuffixApplied), encodeIndexTerm(m.Index, m.Term))
+	_ = b.Set(storage.RangeLocalKey(id, storage.SuffixTruncated), encodeIndexTerm(m.Index, m.Term))
+	return after, nil
+}
+
+func (r *Replica) failAll(err error) {
+	r.mu.Lock()
+	props, reads := r.mu.props, r.mu.reads
+	r.mu.props, r.mu.reads = nil, nil
+	r.mu.Unlock()
+	for _, p := range props {
+		p.done <- proposalResult{err: err}
+	}
+	for _, w := range reads {
+		w.done <- err
+	}
+	for _, p := range r.proposals {
+		select {
+		case p.done <- proposalResult{err: ErrAmbiguous}:
+		default:
+		}
+	}
+	for _, ws := range r.readCtx {
+		for _, w := range ws {
+			w.done <- err
+		}
+	}
+	for _, w := range r.applyWait {
+		w.done <- err
+	}
+}
+
+// raftLogger adapts slog to raft.Logger, keeping Raft's chatter at debug.
+type raftLogger struct{ l *slog.Logger }
+
+func (l raftLogger) Debug(v ...interface{})                   {}
+func (l raftLogger) Debugf(format string, v ...interface{})   {}
+func (l raftLogger) Info(v ...interface{})                    {}
+func (l raftLogger) Infof(format string, v ...interface{})    {}
+func (l raftLogger) Warning(v ...interface{})                 { l.l.Warn(fmt.Sprint(v...)) }
+func (l raftLogger) Warningf(format string, v ...interface{}) { l.l.Warn(fmt.Sprintf(format, v...)) }
+func (l raftLogger) Error(v ...interface{})                   { l.l.Error(fmt.Sprint(v...)) }
+func (l raftLogger) Errorf(format string, v ...interface{})   { l.l.Error(fmt.Sprintf(format, v...)) }
+func (l raftLogger) Fatal(v ...interface{})                   { panic(fmt.Sprint(v...)) }
+func (l raftLogger) Fatalf(format string, v ...interface{})   { panic(fmt.Sprintf(format, v...)) }
+func (l raftLogger) Panic(v ...interface{})                   { panic(fmt.Sprint(v...)) }
+func (l raftLogger) Panicf(format string, v ...interface{})   { panic(fmt.Sprintf(format, v...)) }
