@@ -237,7 +237,7 @@ func setOf(ids []int) map[int]bool {
 // keeps a badly broken history's report short.
 func (g *depGraph) reportCycles(a *report) {
 	for _, comp := range g.sccs(nil, edgeAll) {
-		class, text := g.describeCycle(g.cycleIn(comp))
+		class, text := g.describeCycle(rotateToSmallest(g.cycleIn(comp)))
 		a.add(class, text)
 	}
 }
@@ -307,6 +307,18 @@ func (g *depGraph) label(cycle []int, allowed edgeKind, firstRW bool) []cycleSte
 		}
 	}
 	return steps
+}
+
+// rotateToSmallest rotates a cycle to start at its smallest transaction
+// ID, so that one cycle always reads the same.
+func rotateToSmallest(steps []cycleStep) []cycleStep {
+	first := 0
+	for i, s := range steps {
+		if s.node < steps[first].node {
+			first = i
+		}
+	}
+	return append(steps[first:len(steps):len(steps)], steps[:first]...)
 }
 
 // describeCycle returns the anomaly class of a labelled cycle and its text,
