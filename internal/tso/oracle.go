@@ -1,0 +1,313 @@
+package tso
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+)
+
+var (
+	// ErrInvalidArgument is returned for a count of 0 or above
+	// Options.AllocateCountMax, and by Options.Validate.
+	ErrInvalidArgument = errors.New("tso: invalid argument")
+	// ErrBoundContended is returned when a bound extension found the
+	// persisted bound moved by someone else Options.CASAttemptsMax times in
+	// a row: another oracle (a newer leader) is extending it. The caller is
+	// most likely no longer the leader.
+	ErrBoundContended = errors.New("tso: bound contended")
+	// ErrExhausted is returned when a timestamp would not fit in 64 bits.
+	ErrExhausted = errors.New("tso: timestamp space exhausted")
+)
+
+// Persister persists the oracle's upper bound with compare-and-set. The
+// server implements it as a Raft write of keys.OracleBoundKey on range 1.
+type Persister interface {
+	// CASBound stores new if the stored bound equals expected, and returns
+	// ok = true once that write is durable (a Raft entry committed and
+	// applied). Otherwise it stores nothing and returns ok = false with the
+	// stored bound in current. An absent bound is 0. An error means the
+	// outcome is unknown: the write may or may not have happened.
+	CASBound(ctx context.Context, expected, new uint64) (current uint64, ok bool, err error)
+	// LoadBound returns the stored bound (0 if absent), current with every
+	// CASBound that returned before it was called (a linearizable read).
+	LoadBound(ctx context.Context) (uint64, error)
+}
+
+// Oracle hands out strictly increasing timestamps from an in-memory window
+// below a persisted upper bound.
+//
+// Outline. A timestamp is max(last+1, physicalMillis<<LogicalBits). The
+// Oracle hands out only timestamps below the bound it has itself won by a
+// successful CASBound in the current epoch ("won"). When a request does
+// not fit below won, one caller (the extender) persists a new bound,
+// first+count+BoundAhead, with CASBound(won -> new); callers
+// that arrive meanwhile wait for it and then allocate from the new window,
+// so N concurrent requests cost one persist, not N (batching). After Reset
+// (leadership gained or lost) nothing is won: the next extender first loads
+// the stored bound L, raises last to L, so every later timestamp is > L,
+// and then CASes L -> new.
+//
+// Why timestamps strictly increase across leaders (I4): see the package
+// documentation.
+//
+// Rejected: persisting every allocation (one Raft write per timestamp;
+// batching through the window makes it one per BoundAhead at low load), and
+// a background goroutine that keeps the bound ahead of the clock (it would
+// need its own clock and scheduling; here extension is driven by requests,
+// which keeps the core deterministic and testable step by step; a server
+// that wants pre-extension can call Allocate ahead of need).
+type Oracle struct {
+	opts Options
+	p    Persister
+	// aheadTs is BoundAhead in timestamp units (whole milliseconds shifted
+	// by LogicalBits).
+	aheadTs uint64
+
+	mu struct {
+		sync.Mutex
+		// epoch is incremented by Reset. A LoadBound or CASBound started in
+		// an older epoch changes nothing when it returns.
+		epoch uint64
+		// loaded reports that seen holds the stored bound as last read or
+		// written by this oracle in this epoch.
+		loaded bool
+		// seen is the stored bound as this oracle last knew it: the expected
+		// value of its next CASBound. Meaningful only if loaded.
+		seen uint64
+		// won is the bound this oracle won by CASBound in this epoch, 0 if
+		// none. Every timestamp handed out from the window is < won.
+		// Invariants: won == 0 || (loaded && seen == won && last < won);
+		// loaded && won == 0 implies last >= seen, so the next bound CASed
+		// from seen is above seen.
+		won uint64
+		// last is the largest timestamp handed out, or a floor below which
+		// none may be (a bound loaded or found by a failed CAS). It never
+		// decreases, not even across Reset.
+		last uint64
+		// extending is non-nil while one caller runs LoadBound/CASBound; it
+		// is closed when that ends. Invariant: at most one extension is in
+		// flight per Oracle.
+		extending chan struct{}
+		// waiting counts callers blocked on extending (for metrics and tests).
+		waiting int
+	}
+}
+
+// New returns an Oracle that persists its bound with p. Nothing is won: the
+// first Allocate loads the bound. It panics if opts, with defaults filled
+// in, do not pass Options.Validate (check them at start-up).
+func New(opts Options, p Persister) *Oracle {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		panic(err)
+	}
+	if p == nil {
+		panic("tso: nil Persister")
+	}
+	return &Oracle{
+		opts:    opts,
+		p:       p,
+		aheadTs: uint64(opts.BoundAhead.Milliseconds()) << opts.LogicalBits,
+	}
+}
+
+// Reset forgets the won bound. The server calls it whenever leadership of
+// the oracle's range is gained or lost. The next Allocate loads the stored
+// bound and CASes past it before it allocates. An extension in flight
+// during Reset completes but its result is ignored. Timestamps this Oracle
+// handed out before Reset still bound later ones from below.
+func (o *Oracle) Reset() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.mu.epoch++
+	o.mu.loaded = false
+	o.mu.won = 0
+}
+
+// Allocate returns first, the first of count timestamps first, first+1, ...,
+// first+count-1. They are greater than every timestamp this Oracle returned
+// before, and below the bound it won via CASBound (never a bound won by
+// another Oracle). Concurrent calls that need a new bound share one
+// CASBound.
+//
+// Errors: ErrInvalidArgument (count is 0 or above AllocateCountMax), the
+// context's error, a Persister error (wrapped; the oracle stays usable),
+// ErrBoundContended, ErrExhausted. On error no timestamp is handed out.
+//
+// The caller (the server) must confirm that it is still the leader (Raft
+// ReadIndex) after Allocate returns and before it hands the timestamps to
+// anyone; see the package documentation.
+func (o *Oracle) Allocate(ctx context.Context, count uint32) (first uint64, err error) {
+	if count == 0 || count > o.opts.AllocateCountMax {
+		return 0, fmt.Errorf("%w: count %d not in [1, %d]", ErrInvalidArgument, count, o.opts.AllocateCountMax)
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("tso: allocate: %w", err)
+		}
+		physTs, err := o.physicalTs()
+		if err != nil {
+			return 0, err
+		}
+		o.mu.Lock()
+		if o.mu.won != 0 {
+			first, err := nextFirst(o.mu.last, physTs, count)
+			if err != nil {
+				o.mu.Unlock()
+				return 0, err
+			}
+			if first+uint64(count) <= o.mu.won { // no overflow: checked by nextFirst
+				o.mu.last = first + uint64(count) - 1
+				o.mu.Unlock()
+				return first, nil
+			}
+		}
+		if ch := o.mu.extending; ch != nil {
+			// Someone is extending: wait for it, then try the new window.
+			o.mu.waiting++
+			o.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+			}
+			o.mu.Lock()
+			o.mu.waiting--
+			o.mu.Unlock()
+			continue
+		}
+		ch := make(chan struct{})
+		o.mu.extending = ch
+		epoch := o.mu.epoch
+		o.mu.Unlock()
+
+		err = o.extend(ctx, epoch, count)
+
+		o.mu.Lock()
+		o.mu.extending = nil
+		o.mu.Unlock()
+		close(ch)
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// extend loads the bound if this epoch has not, then CASes it past the
+// timestamps count needs plus BoundAhead. It runs with mu.extending set by
+// the caller, so no other extension runs. It returns nil when it won a
+// bound or when Reset started a new epoch (the caller then tries again).
+func (o *Oracle) extend(ctx context.Context, epoch uint64, count uint32) error {
+	o.mu.Lock()
+	loaded := o.mu.loaded
+	o.mu.Unlock()
+	if !loaded {
+		bound, err := o.p.LoadBound(ctx)
+		if err != nil {
+			return fmt.Errorf("tso: load bound: %w", err)
+		}
+		o.mu.Lock()
+		if o.mu.epoch != epoch {
+			o.mu.Unlock()
+			return nil
+		}
+		o.raiseFloorLocked(bound)
+		o.mu.Unlock()
+	}
+	for attempt := 1; ; attempt++ {
+		physTs, err := o.physicalTs()
+		if err != nil {
+			return err
+		}
+		o.mu.Lock()
+		if o.mu.epoch != epoch {
+			o.mu.Unlock()
+			return nil
+		}
+		expected := o.mu.seen
+		first, err := nextFirst(o.mu.last, physTs, count)
+		if err != nil {
+			o.mu.Unlock()
+			return err
+		}
+		if o.mu.won != 0 && first+uint64(count) <= o.mu.won {
+			// The request fits after all (the clock went back since the
+			// caller looked): no persist needed, let the caller retry.
+			o.mu.Unlock()
+			return nil
+		}
+		// BoundAhead past the request, which is at or past the clock: at low
+		// load the bound is physical+BoundAhead; when timestamps run ahead
+		// of the clock, the window still holds BoundAhead's worth, so one
+		// persist serves many requests either way.
+		target := first + uint64(count)
+		if target <= math.MaxUint64-o.aheadTs {
+			target += o.aheadTs
+		}
+		if target <= expected || first <= o.mu.last {
+			panic(fmt.Sprintf("tso: new bound %d not above stored bound %d or first %d not above last %d",
+				target, expected, first, o.mu.last))
+		}
+		o.mu.Unlock()
+
+		current, ok, err := o.p.CASBound(ctx, expected, target)
+		if err != nil {
+			// Unknown outcome. If the CAS happened, the next one from
+			// expected fails and the failure path below catches up.
+			return fmt.Errorf("tso: extend bound %d -> %d: %w", expected, target, err)
+		}
+		o.mu.Lock()
+		if o.mu.epoch != epoch {
+			o.mu.Unlock()
+			return nil
+		}
+		if ok {
+			o.mu.seen, o.mu.won = target, target
+			o.mu.Unlock()
+			return nil
+		}
+		// Another oracle moved the bound: whatever window we had may now
+		// overlap its timestamps' order, so give it up and start above.
+		o.raiseFloorLocked(current)
+		o.mu.Unlock()
+		if attempt >= o.opts.CASAttemptsMax {
+			return fmt.Errorf("%w: bound moved by another oracle %d times, last to %d", ErrBoundContended, attempt, current)
+		}
+	}
+}
+
+// raiseFloorLocked records that the stored bound is bound and that this
+// oracle has no window: every later timestamp will be > bound.
+func (o *Oracle) raiseFloorLocked(bound uint64) {
+	o.mu.loaded = true
+	o.mu.seen = bound
+	o.mu.won = 0
+	o.mu.last = max(o.mu.last, bound)
+}
+
+// nextFirst returns max(last+1, physTs), checking that first+count fits in
+// 64 bits.
+func nextFirst(last, physTs uint64, count uint32) (uint64, error) {
+	if last == math.MaxUint64 {
+		return 0, ErrExhausted
+	}
+	first := max(last+1, physTs)
+	if first > math.MaxUint64-uint64(count) {
+		return 0, ErrExhausted
+	}
+	return first, nil
+}
+
+// physicalTs is the clock's milliseconds since the Unix epoch shifted by
+// LogicalBits; a clock before 1970 counts as 0.
+func (o *Oracle) physicalTs() (uint64, error) {
+	ms := o.opts.Clock().UnixMilli()
+	if ms < 0 {
+		return 0, nil
+	}
+	if uint64(ms) > math.MaxUint64>>o.opts.LogicalBits {
+		return 0, fmt.Errorf("%w: clock at %d ms", ErrExhausted, ms)
+	}
+	return uint64(ms) << o.opts.LogicalBits, nil
+}
