@@ -86,10 +86,9 @@ type Oracle struct {
 		// none may be (a bound loaded or found by a failed CAS). It never
 		// decreases, not even across Reset.
 		last uint64
-		// extending is non-nil while one caller runs LoadBound/CASBound; it
-		// is closed when that ends. Invariant: at most one extension is in
-		// flight per Oracle.
-		extending chan struct{}
+		// extending is non-nil while one caller runs LoadBound/CASBound.
+		// Invariant: at most one extension is in flight per Oracle.
+		extending *extension
 		// waiting counts callers blocked on extending (for metrics and tests).
 		waiting int
 	}
@@ -134,7 +133,9 @@ func (o *Oracle) Reset() {
 //
 // Errors: ErrInvalidArgument (count is 0 or above AllocateCountMax), the
 // context's error, a Persister error (wrapped; the oracle stays usable),
-// ErrBoundContended, ErrExhausted. On error no timestamp is handed out.
+// ErrBoundContended, ErrExhausted. A call that waited for another call's
+// extension fails with that extension's error (unless it was the other
+// call's context ending). On error no timestamp is handed out.
 //
 // The caller (the server) must confirm that it is still the leader (Raft
 // ReadIndex) after Allocate returns and before it hands the timestamps to
@@ -164,21 +165,28 @@ func (o *Oracle) Allocate(ctx context.Context, count uint32) (first uint64, err 
 				return first, nil
 			}
 		}
-		if ch := o.mu.extending; ch != nil {
+		if ext := o.mu.extending; ext != nil {
 			// Someone is extending: wait for it, then try the new window.
 			o.mu.waiting++
 			o.mu.Unlock()
 			select {
-			case <-ch:
+			case <-ext.done:
 			case <-ctx.Done():
 			}
 			o.mu.Lock()
 			o.mu.waiting--
 			o.mu.Unlock()
+			if err := ext.err; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				// The persist this call was batched on failed: fail with it
+				// rather than have every waiter retry against a persister
+				// that is down. The extender's own context ending is not
+				// the waiters' failure: they retry.
+				return 0, err
+			}
 			continue
 		}
-		ch := make(chan struct{})
-		o.mu.extending = ch
+		ext := &extension{done: make(chan struct{})}
+		o.mu.extending = ext
 		epoch := o.mu.epoch
 		o.mu.Unlock()
 
@@ -187,11 +195,18 @@ func (o *Oracle) Allocate(ctx context.Context, count uint32) (first uint64, err 
 		o.mu.Lock()
 		o.mu.extending = nil
 		o.mu.Unlock()
-		close(ch)
+		ext.err = err
+		close(ext.done) // publishes err to the waiters
 		if err != nil {
 			return 0, err
 		}
 	}
+}
+
+// extension is one LoadBound/CASBound run by one caller for all.
+type extension struct {
+	done chan struct{} // closed when the extension ends
+	err  error         // its result; written before done is closed
 }
 
 // extend loads the bound if this epoch has not, then CASes it past the

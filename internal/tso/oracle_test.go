@@ -552,3 +552,45 @@ type failingLoad struct {
 }
 
 func (f failingLoad) LoadBound(context.Context) (uint64, error) { return 0, f.err }
+
+// Callers batched on a failed persist fail with it (one persist attempt,
+// not one per caller); callers batched on an extension whose own caller
+// gave up (context) retry and succeed.
+func TestBatchedFailure(t *testing.T) {
+	errDown := errors.New("range 1 unavailable")
+	p := gated()
+	p.hook = func(uint64, uint64) (uint64, bool, error, bool) { return 0, false, errDown, true }
+	o := New(Options{Clock: newClock(nowMs).now}, p)
+	const n = 16
+	errs := make(chan error, n)
+	for range n {
+		go func() { _, err := o.Allocate(context.Background(), 1); errs <- err }()
+	}
+	<-p.entered
+	waitFor(func() bool { return o.waitingForTest() == n-1 })
+	p.gate <- struct{}{}
+	for range n {
+		if err := <-errs; !errors.Is(err, errDown) {
+			t.Fatalf("Allocate: %v, want the persister's error", err)
+		}
+	}
+	if got := p.cas.Load(); got != 1 {
+		t.Fatalf("%d CASBound calls, want 1", got)
+	}
+
+	p.hook = nil
+	ctx, cancel := context.WithCancel(context.Background())
+	extender := make(chan error)
+	go func() { _, err := o.Allocate(ctx, 1); extender <- err }()
+	<-p.entered
+	waiter := make(chan uint64)
+	go func() { waiter <- mustAllocate(t, o, 1) }()
+	waitFor(func() bool { return o.waitingForTest() == 1 })
+	cancel()
+	if err := <-extender; !errors.Is(err, context.Canceled) {
+		t.Fatalf("extender: %v, want context.Canceled", err)
+	}
+	<-p.entered // the waiter extends in its turn
+	p.gate <- struct{}{}
+	<-waiter
+}

@@ -1,7 +1,6 @@
 package txnstatus
 
 import (
-	"bytes"
 	"fmt"
 	"slices"
 )
@@ -91,13 +90,4 @@ func appendChunks(out [][]Cell, s []Cell, n int) [][]Cell {
 		s = s[k:]
 	}
 	return out
-}
-
-// compareCells orders cells by column, then row; used by tests and callers
-// that want a canonical order.
-func compareCells(a, b Cell) int {
-	if c := bytes.Compare(a.Column, b.Column); c != 0 {
-		return c
-	}
-	return bytes.Compare(a.Row, b.Row)
 }

@@ -1,6 +1,7 @@
 package txnstatus
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -181,4 +182,12 @@ func TestPartitionForLoadQuick(t *testing.T) {
 	if err := quick.Check(f, &quick.Config{MaxCount: 2000}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// compareCells orders cells by column, then row.
+func compareCells(a, b Cell) int {
+	if c := bytes.Compare(a.Column, b.Column); c != 0 {
+		return c
+	}
+	return bytes.Compare(a.Row, b.Row)
 }
