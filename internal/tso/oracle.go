@@ -169,19 +169,20 @@ func (o *Oracle) Allocate(ctx context.Context, count uint32) (first uint64, err 
 			// Someone is extending: wait for it, then try the new window.
 			o.mu.waiting++
 			o.mu.Unlock()
+			var batchErr error
 			select {
 			case <-ext.done:
-			case <-ctx.Done():
+				// If the persist this call was batched on failed, fail with it
+				// rather than have every waiter retry against a persister
+				// that is down.
+				batchErr = ext.err
+			case <-ctx.Done(): // checked at the top of the loop
 			}
 			o.mu.Lock()
 			o.mu.waiting--
 			o.mu.Unlock()
-			if err := ext.err; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-				// The persist this call was batched on failed: fail with it
-				// rather than have every waiter retry against a persister
-				// that is down. The extender's own context ending is not
-				// the waiters' failure: they retry.
-				return 0, err
+			if batchErr != nil {
+				return 0, batchErr
 			}
 			continue
 		}
@@ -195,8 +196,12 @@ func (o *Oracle) Allocate(ctx context.Context, count uint32) (first uint64, err 
 		o.mu.Lock()
 		o.mu.extending = nil
 		o.mu.Unlock()
-		ext.err = err
-		close(ext.done) // publishes err to the waiters
+		if err != nil && ctx.Err() == nil {
+			// Shared with the waiters, unless the failure is this caller's
+			// context ending: that is not theirs, and they retry.
+			ext.err = err
+		}
+		close(ext.done) // publishes ext.err to the waiters
 		if err != nil {
 			return 0, err
 		}
@@ -206,7 +211,7 @@ func (o *Oracle) Allocate(ctx context.Context, count uint32) (first uint64, err 
 // extension is one LoadBound/CASBound run by one caller for all.
 type extension struct {
 	done chan struct{} // closed when the extension ends
-	err  error         // its result; written before done is closed
+	err  error         // its failure to share; written before done is closed, read after
 }
 
 // extend loads the bound if this epoch has not, then CASes it past the
