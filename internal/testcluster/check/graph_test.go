@@ -15,7 +15,11 @@ func randomGraph(rng *rand.Rand, n int, density float64) *depGraph {
 	}
 	for from := range n {
 		for to := range n {
-			if from != to && rng.Float64() < density {
+			if from == to || rng.Float64() >= density {
+				continue
+			}
+			// One or two kinds, so that labelling has to choose.
+			for range 1 + rng.IntN(2) {
 				g.addEdge(from, to, kindsInPreference[rng.IntN(len(kindsInPreference))], "k")
 			}
 		}
