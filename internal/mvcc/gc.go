@@ -1,0 +1,98 @@
+package mvcc
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/canopy-db/canopy/internal/storage"
+)
+
+// GC removes the committed versions of the logical keys in [start, end)
+// that no read at or above thresholdTs can see; an empty end means the end
+// of the keyspace. It returns how many versions it deleted. See GCLimited.
+func GC(rw storage.ReadWriter, start, end []byte, thresholdTs Timestamp) (versionsDeleted int, err error) {
+	versionsDeleted, _, err = GCLimited(rw, start, end, thresholdTs, 0)
+	return versionsDeleted, err
+}
+
+// GCLimited is GC that stops after deleting versionsMax versions (0: no
+// limit) and then returns the logical key to resume from.
+//
+// For each key it keeps every version newer than thresholdTs and the
+// newest version at or below thresholdTs, which reads at or above the
+// threshold may still see, unless that version is a tombstone, and
+// deletes every older version. It never touches intents or plain keys.
+// After GC, reads below thresholdTs may return wrong results: the caller
+// (the replica) must refuse them.
+//
+// Deleting versions one by one (not with a range deletion) is how the
+// engine learns which value-log bytes became garbage.
+//
+// Invariant kept at every stopping point, so that a resumed GC and
+// concurrent readers at or above the threshold see the same data: a
+// tombstone that is the newest version at or below the threshold is
+// deleted after all the versions below it. Were it deleted first and GC
+// stopped, the resumed pass would take the next older value for the
+// newest version and keep it, resurrecting a deleted value.
+func GCLimited(rw storage.ReadWriter, start, end []byte, thresholdTs Timestamp, versionsMax int) (versionsDeleted int, resumeKey []byte, err error) {
+	if thresholdTs == 0 {
+		return 0, nil, nil
+	}
+	if versionsMax < 0 {
+		return 0, nil, invalidf("gc: versions max %d < 0", versionsMax)
+	}
+	it, err := spanIter(rw, "gc", start, end)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer closeIter(it, &err)
+	full := func() bool { return versionsMax > 0 && versionsDeleted >= versionsMax }
+	for valid := it.First(); valid; valid = it.Valid() {
+		k, kind, ts, err := DecodeKey(it.Key())
+		if err != nil {
+			return versionsDeleted, nil, err
+		}
+		if kind != KindVersion {
+			it.Next()
+			continue
+		}
+		if ts > thresholdTs {
+			// Skip the versions nobody may drop.
+			it.SeekGE(VersionKey(k, thresholdTs))
+			continue
+		}
+		// The newest version at or below the threshold.
+		keep := clone(it.Key())
+		raw, err := it.Value()
+		if err != nil {
+			return versionsDeleted, nil, fmt.Errorf("mvcc: gc: read %q at %d: %w", k, ts, err)
+		}
+		_, isDelete, err := DecodeVersionValue(raw)
+		if err != nil {
+			return versionsDeleted, nil, fmt.Errorf("mvcc: gc: version of %q at %d: %w", k, ts, err)
+		}
+		prefix := keyPrefix(k)
+		for it.Next() && bytes.HasPrefix(it.Key(), prefix) {
+			if full() {
+				return versionsDeleted, k, nil
+			}
+			if err := rw.Delete(it.Key()); err != nil {
+				return versionsDeleted, nil, fmt.Errorf("mvcc: gc: delete %x: %w", it.Key(), err)
+			}
+			versionsDeleted++
+		}
+		if isDelete {
+			if full() {
+				return versionsDeleted, k, nil
+			}
+			if err := rw.Delete(keep); err != nil {
+				return versionsDeleted, nil, fmt.Errorf("mvcc: gc: delete %x: %w", keep, err)
+			}
+			versionsDeleted++
+		}
+	}
+	if err := it.Error(); err != nil {
+		return versionsDeleted, nil, fmt.Errorf("mvcc: gc [%q, %q): %w", start, end, err)
+	}
+	return versionsDeleted, nil, nil
+}

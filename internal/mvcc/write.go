@@ -1,0 +1,187 @@
+package mvcc
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/canopy-db/canopy/internal/storage"
+)
+
+// keyState is what a write needs to know about a logical key: its intent,
+// if any, and its newest committed version, if any.
+type keyState struct {
+	intent    *IntentValue // nil: no intent
+	newestTs  Timestamp    // 0: no committed version
+	newestDel bool         // the newest version is a tombstone
+}
+
+// loadKeyState reads k's intent and newest version with one iterator.
+// The intent's slices are copies.
+func loadKeyState(r storage.Reader, k []byte) (st keyState, err error) {
+	prefix := keyPrefix(k)
+	it, err := r.NewIter(append(prefix, slotIntent), keyEnd(k))
+	if err != nil {
+		return keyState{}, fmt.Errorf("mvcc: read %q: %w", k, err)
+	}
+	defer closeIter(it, &err)
+	if !it.First() {
+		return keyState{}, iterErr(it, "read", k)
+	}
+	if isIntentOf(it.Key(), prefix) {
+		raw, err := it.Value()
+		if err != nil {
+			return keyState{}, fmt.Errorf("mvcc: read intent %q: %w", k, err)
+		}
+		iv, err := DecodeIntentValue(raw)
+		if err != nil {
+			return keyState{}, fmt.Errorf("mvcc: intent at %q: %w", k, err)
+		}
+		iv.Txn = cloneTxn(iv.Txn)
+		iv.Value = clone(iv.Value)
+		st.intent = &iv
+		if !it.Next() {
+			return st, iterErr(it, "read", k)
+		}
+	}
+	_, kind, ts, err := DecodeKey(it.Key())
+	if err != nil {
+		return keyState{}, err
+	}
+	if kind != KindVersion {
+		return keyState{}, fmt.Errorf("mvcc: read %q: %s key after the intent slot: %w", k, kind, storage.ErrCorruption)
+	}
+	raw, err := it.Value()
+	if err != nil {
+		return keyState{}, fmt.Errorf("mvcc: read %q at %d: %w", k, ts, err)
+	}
+	if _, st.newestDel, err = DecodeVersionValue(raw); err != nil {
+		return keyState{}, fmt.Errorf("mvcc: version of %q at %d: %w", k, ts, err)
+	}
+	st.newestTs = ts
+	return st, nil
+}
+
+// PutIntent writes a provisional value (or, if isDelete, a provisional
+// tombstone) of txn at key (PutIntentRequest). txn.StartTs must not be 0
+// (ErrInvalidArgument); a tombstone must have no value.
+//
+// Conflicts give *WriteConflictError and write nothing:
+//   - a committed version with ts > txn.StartTs (ExistingTs set);
+//   - an intent of another transaction (Intent set).
+//
+// An intent of txn itself is replaced: the old one is deleted first, so
+// that the engine learns that its bytes became garbage (see DESIGN.md,
+// value log accounting), then the new one is written.
+func PutIntent(rw storage.ReadWriter, key, value []byte, isDelete bool, txn TxnMeta) error {
+	if txn.StartTs == 0 {
+		return invalidf("put intent %q: start_ts 0", key)
+	}
+	if isDelete && len(value) != 0 {
+		return invalidf("put intent %q: delete with a %d-byte value", key, len(value))
+	}
+	st, err := loadKeyState(rw, key)
+	if err != nil {
+		return err
+	}
+	if st.intent != nil && st.intent.Txn.StartTs != txn.StartTs {
+		return &WriteConflictError{Key: clone(key), Intent: &Intent{Key: clone(key), Txn: st.intent.Txn}}
+	}
+	if st.newestTs > txn.StartTs {
+		return &WriteConflictError{Key: clone(key), ExistingTs: st.newestTs}
+	}
+	ik := IntentKey(key)
+	if st.intent != nil {
+		if err := rw.Delete(ik); err != nil {
+			return fmt.Errorf("mvcc: put intent %q: delete own intent: %w", key, err)
+		}
+	}
+	if err := rw.Set(ik, EncodeIntentValue(IntentValue{Txn: txn, Value: value, IsDelete: isDelete})); err != nil {
+		return fmt.Errorf("mvcc: put intent %q: %w", key, err)
+	}
+	return nil
+}
+
+// ResolveIntent resolves the intent of the transaction txnStart at key
+// (ResolveIntentRequest). commitTs == 0 means the transaction aborted: the
+// intent is removed. Otherwise the intent becomes a committed version at
+// commitTs (a tombstone for a provisional delete) and is removed.
+//
+// Resolution is idempotent: if key has no intent, or an intent of another
+// transaction, nothing is written and resolved is false.
+//
+// txnStart == 0, or commitTs != 0 below txnStart, is ErrInvalidArgument.
+// A committed version at or above commitTs next to the intent is
+// ErrInvariant: PutIntent and PutCommitted make it impossible, and writing
+// the version would either overwrite history or write below it.
+func ResolveIntent(rw storage.ReadWriter, key []byte, txnStart, commitTs Timestamp) (resolved bool, err error) {
+	if txnStart == 0 {
+		return false, invalidf("resolve intent %q: start_ts 0", key)
+	}
+	if commitTs != 0 && commitTs < txnStart {
+		return false, invalidf("resolve intent %q: commit_ts %d < start_ts %d", key, commitTs, txnStart)
+	}
+	st, err := loadKeyState(rw, key)
+	if err != nil {
+		return false, err
+	}
+	if st.intent == nil || st.intent.Txn.StartTs != txnStart {
+		return false, nil
+	}
+	if commitTs != 0 {
+		if st.newestTs >= commitTs {
+			return false, fmt.Errorf("%w: resolve intent %q of txn %d at commit_ts %d: committed version at %d",
+				ErrInvariant, key, txnStart, commitTs, st.newestTs)
+		}
+		if err := rw.Set(VersionKey(key, commitTs), EncodeVersionValue(st.intent.Value, st.intent.IsDelete)); err != nil {
+			return false, fmt.Errorf("mvcc: resolve intent %q: write version: %w", key, err)
+		}
+	}
+	if err := rw.Delete(IntentKey(key)); err != nil {
+		return false, fmt.Errorf("mvcc: resolve intent %q: delete intent: %w", key, err)
+	}
+	return true, nil
+}
+
+// PutCommitted writes a committed version at ts outside any transaction
+// (PutRequest; the caller picks ts from the oracle). ts must not be 0
+// (ErrInvalidArgument); a tombstone must have no value.
+//
+// Any intent at key gives *IntentError; a committed version at ts' >= ts
+// gives *WriteConflictError with ExistingTs = ts'. Either way nothing is
+// written.
+func PutCommitted(rw storage.ReadWriter, key, value []byte, isDelete bool, ts Timestamp) error {
+	if ts == 0 {
+		return invalidf("put %q: timestamp 0", key)
+	}
+	if isDelete && len(value) != 0 {
+		return invalidf("put %q: delete with a %d-byte value", key, len(value))
+	}
+	st, err := loadKeyState(rw, key)
+	if err != nil {
+		return err
+	}
+	if st.intent != nil {
+		return &IntentError{Intents: []Intent{{Key: clone(key), Txn: st.intent.Txn}}}
+	}
+	if st.newestTs >= ts {
+		return &WriteConflictError{Key: clone(key), ExistingTs: st.newestTs}
+	}
+	if err := rw.Set(VersionKey(key, ts), EncodeVersionValue(value, isDelete)); err != nil {
+		return fmt.Errorf("mvcc: put %q: %w", key, err)
+	}
+	return nil
+}
+
+// spanIter opens an iterator over the physical keys of the logical span
+// [start, end), where an empty end means the end of the keyspace.
+func spanIter(r storage.Reader, op string, start, end []byte) (*storage.Iter, error) {
+	if len(end) != 0 && bytes.Compare(start, end) > 0 {
+		return nil, invalidf("%s: start %q > end %q", op, start, end)
+	}
+	lo, hi := SpanBounds(start, end)
+	it, err := r.NewIter(lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("mvcc: %s [%q, %q): %w", op, start, end, err)
+	}
+	return it, nil
+}
