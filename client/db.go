@@ -1,0 +1,288 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/txnstatus"
+)
+
+// DB is a handle on a Canopy cluster. It is safe for concurrent use; open
+// one per process and share it.
+type DB struct {
+	opts     Options
+	nodes    *nodeDirectory
+	cache    *rangeCache
+	sender   *sender
+	oracle   *oracle
+	enc      txnstatus.Encoding
+	settings *rpcpb.ClusterSettings
+	resolver *intentResolver
+	stats    stats
+
+	// newWriter builds the write path of a new transaction. It is the seam
+	// where pipelined writes, parallel commits, 1PC and the hierarchical
+	// protocol plug in (see writer.go).
+	newWriter func(t *Txn) writePath
+
+	// ctx is the background context of the DB's goroutines (oracle RPCs,
+	// heartbeats, intent resolution); Close cancels it.
+	ctx       context.Context
+	cancel    context.CancelFunc
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open connects to the cluster reachable at any of addresses. It asks a
+// node for the cluster's settings (the status-table encoding) and its
+// nodes, and fails with ErrUnavailable if none answers before ctx ends or
+// the attempts run out (also when the cluster is not bootstrapped yet).
+func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) {
+	if len(addresses) == 0 {
+		return nil, invalidArgf("Open needs at least one address")
+	}
+	var o Options
+	for _, f := range opts {
+		f(&o)
+	}
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	db := &DB{opts: o, ctx: bg, cancel: cancel}
+	db.nodes = newNodeDirectory(addresses, o.DialOptions)
+	db.cache = newRangeCache()
+	db.sender = &sender{opts: &db.opts, nodes: db.nodes, cache: db.cache}
+	db.oracle = newOracle(bg, db.sender, &db.opts)
+	db.newWriter = newSyncWriter
+	info, err := db.ClusterInfo(ctx)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	db.settings = info.GetSettings()
+	db.enc = o.StatusEncoding
+	if db.enc == nil {
+		if db.enc, err = statusEncodingFor(db.settings); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	db.resolver = newIntentResolver(db)
+	return db, nil
+}
+
+// statusEncodingFor returns the status-table encoding the cluster's
+// settings name.
+func statusEncodingFor(s *rpcpb.ClusterSettings) (txnstatus.Encoding, error) {
+	switch s.GetStatusEncoding() {
+	case "", "tickets":
+		return txnstatus.NewTickets(s.GetTicketsPartitioningQuantum(), s.GetTicketsRowsPerQuantum())
+	case "v1":
+		return txnstatus.NewV1(), nil
+	}
+	return nil, fmt.Errorf("%w: cluster uses status encoding %q, unknown to this client", ErrInternal, s.GetStatusEncoding())
+}
+
+// Close stops the DB's goroutines and closes its connections. Queued
+// intent resolution gets up to Options.CloseDrainMax to finish; intents it
+// leaves are resolved by the readers that meet them. Transactions still
+// open stop heartbeating and will be aborted by others.
+func (db *DB) Close() error {
+	db.closeOnce.Do(func() {
+		if db.resolver != nil {
+			db.resolver.close(db.opts.CloseDrainMax)
+		}
+		db.cancel()
+		db.closeErr = db.nodes.close()
+	})
+	return db.closeErr
+}
+
+// Settings returns the cluster settings read at Open.
+func (db *DB) Settings() *rpcpb.ClusterSettings { return db.settings }
+
+// ClusterInfo asks any node for the cluster's settings and nodes, and
+// refreshes the client's node directory from the answer.
+func (db *DB) ClusterInfo(ctx context.Context) (*rpcpb.ClusterInfoResponse, error) {
+	var out *rpcpb.ClusterInfoResponse
+	err := db.sender.anyNode(ctx, "cluster info", func(ctx context.Context, kv rpcpb.KVClient) (*rpcpb.Error, error) {
+		resp, err := kv.ClusterInfo(ctx, &rpcpb.ClusterInfoRequest{})
+		if err != nil {
+			return nil, err
+		}
+		if pe := resp.GetError(); pe.GetCode() != rpcpb.ErrorCode_OK {
+			return pe, nil
+		}
+		out = resp
+		return nil, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	db.nodes.update(out.GetNodes())
+	return out, nil
+}
+
+// NodeStatus asks the node at address for its status (ranges, Raft
+// state). It does not retry elsewhere: the caller asked about that node.
+func (db *DB) NodeStatus(ctx context.Context, address string) (*rpcpb.NodeStatusResponse, error) {
+	kv, err := db.nodes.client(address)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, db.opts.RPCTimeout)
+	defer cancel()
+	resp, err := kv.NodeStatus(ctx, &rpcpb.NodeStatusRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: node status of %s: %w", ErrUnavailable, address, err)
+	}
+	return resp, nil
+}
+
+// Split splits the range containing the user key userKey at it, so that
+// userKey starts a new range. The request goes to the range's leaseholder.
+func (db *DB) Split(ctx context.Context, userKey []byte) error {
+	if err := checkKey(userKey); err != nil {
+		return err
+	}
+	k := keys.UserKey(userKey)
+	_, err := db.sender.route(ctx, k, true, func(ctx context.Context, kv rpcpb.KVClient, _ *rpcpb.RangeDescriptor) (*rpcpb.Error, error) {
+		resp, err := kv.Split(ctx, &rpcpb.SplitRequest{SplitKey: k})
+		if err != nil {
+			return nil, err
+		}
+		return resp.GetError(), nil
+	})
+	db.cache.evictKey(k)
+	return publicError(err)
+}
+
+// Ranges lists the ranges of the keyspace in key order, with the
+// leaseholder each lookup reported (0 if unknown), by walking the meta
+// range with RangeLookup. It bypasses the cache's descriptors, so it sees
+// splits made by others.
+func (db *DB) Ranges(ctx context.Context) ([]RangeInfo, error) {
+	var out []RangeInfo
+	key := keys.MinKey
+	for {
+		var info RangeInfo
+		err := db.sender.anyNode(ctx, fmt.Sprintf("range lookup of %q", key), func(ctx context.Context, kv rpcpb.KVClient) (*rpcpb.Error, error) {
+			resp, err := kv.RangeLookup(ctx, &rpcpb.RangeLookupRequest{Key: key})
+			if err != nil {
+				return nil, err
+			}
+			if pe := resp.GetError(); pe.GetCode() != rpcpb.ErrorCode_OK {
+				return pe, nil
+			}
+			if resp.GetRange() == nil {
+				return nil, &stopError{fmt.Errorf("%w: range lookup of %q returned no range", ErrInternal, key)}
+			}
+			db.nodes.update(resp.GetNodes())
+			info = RangeInfo{Desc: resp.GetRange(), LeaseholderNodeID: resp.GetLeaseholderNodeId()}
+			return nil, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+		end := info.Desc.GetEndKey()
+		if len(end) == 0 || string(end) >= string(keys.MaxKey) {
+			return out, nil
+		}
+		if string(end) <= string(key) {
+			return nil, fmt.Errorf("%w: range lookup of %q returned %v, which does not advance", ErrInternal, key, info.Desc)
+		}
+		if len(out) > rangesListMax {
+			return nil, fmt.Errorf("%w: more than %d ranges (rangesListMax)", ErrInvalidArgument, rangesListMax)
+		}
+		key = end
+	}
+}
+
+// rangesListMax bounds DB.Ranges.
+const rangesListMax = 100_000
+
+// RangeInfo describes one range as DB.Ranges found it.
+type RangeInfo struct {
+	Desc              *rpcpb.RangeDescriptor
+	LeaseholderNodeID uint64
+}
+
+// Timestamp returns a fresh timestamp from the cluster's oracle: greater
+// than every timestamp handed out before the call.
+func (db *DB) Timestamp(ctx context.Context) (uint64, error) {
+	return db.oracle.timestamp(ctx)
+}
+
+// checkKey enforces keys.KeyBytesMax on a user key.
+func checkKey(k []byte) error {
+	if len(k) > keys.KeyBytesMax {
+		return invalidArgf("key is %d bytes, above the limit KeyBytesMax=%d", len(k), keys.KeyBytesMax)
+	}
+	return nil
+}
+
+// checkValue enforces keys.ValueBytesMax.
+func checkValue(v []byte) error {
+	if len(v) > keys.ValueBytesMax {
+		return invalidArgf("value is %d bytes, above the limit ValueBytesMax=%d", len(v), keys.ValueBytesMax)
+	}
+	return nil
+}
+
+// checkScan validates a user scan and returns its logical bounds.
+func (db *DB) checkScan(start, end []byte, limit int) ([]byte, []byte, error) {
+	if err := checkKey(start); err != nil {
+		return nil, nil, err
+	}
+	if err := checkKey(end); err != nil {
+		return nil, nil, err
+	}
+	if limit < 0 {
+		return nil, nil, invalidArgf("scan limit is negative (%d)", limit)
+	}
+	if limit > db.opts.ScanKeysMax {
+		return nil, nil, invalidArgf("scan limit %d is above the limit ScanKeysMax=%d", limit, db.opts.ScanKeysMax)
+	}
+	ls, le := keys.UserKey(start), keys.UserSpanEnd(end)
+	if string(ls) > string(le) {
+		return nil, nil, invalidArgf("scan start %q is after its end %q", start, end)
+	}
+	return ls, le, nil
+}
+
+// KeyValue is a key and its value as read.
+type KeyValue struct {
+	Key   []byte
+	Value []byte
+	// Ts is the commit timestamp of the version read (0 for a transaction's
+	// own uncommitted write).
+	Ts uint64
+}
+
+// userKVs strips the user prefix from scan results.
+func userKVs(kvs []*rpcpb.KeyValue) ([]KeyValue, error) {
+	out := make([]KeyValue, 0, len(kvs))
+	for _, kv := range kvs {
+		k, err := keys.StripUser(kv.GetKey())
+		if err != nil {
+			return nil, fmt.Errorf("%w: scan returned a non-user key: %w", ErrInternal, err)
+		}
+		out = append(out, KeyValue{Key: k, Value: kv.GetValue(), Ts: kv.GetTs()})
+	}
+	return out, nil
+}
+
+// countAmbiguous counts an ErrAmbiguous on its way to the caller.
+func (db *DB) countAmbiguous(err error) error {
+	if errors.Is(err, ErrAmbiguous) {
+		db.stats.ambiguous.add(1)
+	}
+	return err
+}

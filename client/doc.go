@@ -1,0 +1,68 @@
+// Package client is Canopy's Go client: the public API and the
+// transaction coordinator of the default protocol (DESIGN.md, "The default
+// transaction protocol").
+//
+//	db, err := client.Open(ctx, []string{"localhost:26257"})
+//	defer db.Close()
+//	err = db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+//		v, ok, err := txn.Get(ctx, []byte("a"))
+//		...
+//		return txn.Put(ctx, []byte("b"), v)
+//	})
+//
+// # What a caller can rely on
+//
+//  1. Keys are any bytes up to keys.KeyBytesMax; values up to
+//     keys.ValueBytesMax; a transaction writes at most keys.TxnKeysMax keys.
+//     Larger input fails before anything is sent, with ErrInvalidArgument
+//     naming the limit and the actual size.
+//  2. Errors are typed (errors.Is): ErrInvalidArgument (never retried),
+//     ErrRetryable (*RetryableError with a Reason; the transaction aborted
+//     and can be rerun), ErrAmbiguous (a write's outcome is unknown),
+//     ErrUnavailable (nothing was written / the transaction did not commit),
+//     ErrInternal (a server bug). A context that ends is visible with
+//     errors.Is(err, context.DeadlineExceeded) as well.
+//  3. Isolation: transactions are serializable by default; with
+//     WithIsolation(SnapshotIsolation) they read a snapshot and conflict
+//     only on writes (write skew possible). Reads see the snapshot at
+//     StartTs plus the transaction's own writes.
+//  4. DB.Txn returns nil exactly when the transaction committed. It reruns
+//     the closure only after an ErrRetryable, i.e. when the previous
+//     attempt is known to have aborted: after a commit whose outcome was
+//     unknown it first looks the transaction up in the status table
+//     (writing "aborted" if no decision is recorded yet, which settles it)
+//     and returns ErrAmbiguous only if that lookup cannot complete. Retries
+//     back off exponentially with jitter and stop at TxnAttemptsMax or when
+//     ctx ends.
+//  5. Commit returns once the decision is durable (the status-table write
+//     is replicated); intents are resolved in the background afterwards.
+//     Readers never depend on that cleanup: they resolve intents by the
+//     status table.
+//  6. DB.Get, Put, Delete and Scan outside a transaction are linearizable
+//     single-range operations (Scan: a snapshot at a fresh timestamp).
+//     Put and Delete whose outcome is unknown are resent within the call;
+//     ErrAmbiguous only when attempts or the deadline run out.
+//  7. Routing is the client's job: range descriptors are cached and fixed
+//     up after splits and lease moves, and requests are retried on other
+//     nodes, all within ctx and Options.SendAttemptsMax.
+//
+// A transaction's liveness is its heartbeat record, refreshed every
+// HeartbeatTTL/5. If a client stalls or dies, others abort its pending
+// transactions once the record expires; its own commit then fails with a
+// retryable error. Safety never depends on clocks: exactly one
+// put-unless-exists decides each transaction (invariant I1).
+//
+// # Internals, one file per concern
+//
+//	range_cache.go      range descriptors ordered by start key, leaseholder hints
+//	nodes.go            node IDs, addresses, connections
+//	sender.go           routing, redirects, retries, ambiguity, per-range batches
+//	oracle.go           batched timestamp requests
+//	kv.go               single-key operations
+//	txn.go              Txn, Begin, DB.Txn retry loop
+//	writer.go           the pluggable write path (pipelining, parallel commits, 1PC later)
+//	txn_commit.go       refresh, commit point, ambiguous-commit lookup
+//	intent_resolver.go  resolving others' intents; async cleanup of ours
+//	heartbeat.go        the heartbeat record
+//	status.go           status-table reads and put-unless-exists
+package client

@@ -1,0 +1,274 @@
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+)
+
+// Two jobs live here.
+//
+// Foreign intents (resolveForeign): an operation met intents of other
+// transactions. For each such transaction, its status record decides:
+// committed at c -> ResolveIntent(key, start, c); aborted -> ResolveIntent
+// (key, start, 0). No record: its heartbeat record says whether it is alive;
+// missing or expired -> write "aborted" with put-unless-exists (which may
+// lose to its commit: then the existing value decides); alive -> wait with
+// backoff, re-checking, up to a budget, then give up with ErrRetryable. The
+// budget is short when the waiter is younger than the intent's transaction,
+// so that a cycle of waiters breaks at its youngest member (wait-die)
+// instead of every member waiting out the long budget.
+//
+// Own intents after a decision (intentResolver): resolved asynchronously by
+// a bounded pool, batched per range, then the heartbeat record is deleted.
+// Readers never depend on this cleanup for correctness (they resolve what
+// they meet), only for speed.
+
+// heartbeatValue encodes an expiry as the heartbeat record's value: 8-byte
+// big-endian Unix milliseconds.
+func heartbeatValue(expiry time.Time) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(expiry.UnixMilli()))
+}
+
+// heartbeatExpired reports whether a heartbeat record value is past now.
+func heartbeatExpired(v []byte, now time.Time) (bool, error) {
+	if len(v) != 8 {
+		return false, fmt.Errorf("%w: heartbeat record is %d bytes, want 8", ErrInternal, len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v)) <= now.UnixMilli(), nil
+}
+
+// foreignTxn collects the intents of one other transaction.
+type foreignTxn struct {
+	startTs      uint64
+	heartbeatKey []byte
+	keys         [][]byte
+}
+
+// resolveForeign resolves the given intents of other transactions so that
+// the waiter (a transaction's start_ts, or 0 for a non-transactional
+// operation) can retry. It returns nil once every intent is resolved, a
+// *RetryableError if a live transaction stayed in the way past the wait
+// budget, or a routing error.
+func (db *DB) resolveForeign(ctx context.Context, intents []*rpcpb.Intent, waiterStart uint64) error {
+	var txns []*foreignTxn
+	byStart := map[uint64]*foreignTxn{}
+	for _, in := range intents {
+		s := in.GetTxn().GetStartTs()
+		if s == 0 {
+			return fmt.Errorf("%w: intent at %q has no start_ts", ErrInternal, in.GetKey())
+		}
+		if s == waiterStart {
+			return fmt.Errorf("%w: server reported our own intent at %q as foreign", ErrInternal, in.GetKey())
+		}
+		ft := byStart[s]
+		if ft == nil {
+			ft = &foreignTxn{startTs: s, heartbeatKey: in.GetTxn().GetHeartbeatKey()}
+			if len(ft.heartbeatKey) == 0 {
+				ft.heartbeatKey = keys.HeartbeatKey(s)
+			}
+			byStart[s] = ft
+			txns = append(txns, ft)
+		}
+		ft.keys = append(ft.keys, in.GetKey())
+	}
+	for _, ft := range txns {
+		d, err := db.awaitDecision(ctx, ft, waiterStart)
+		if err != nil {
+			return err
+		}
+		if err := db.resolveKeys(ctx, ft.startTs, d.commitTs, ft.keys); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// awaitDecision returns the decision of ft, aborting it if its heartbeat
+// has expired and waiting (bounded) while it is alive.
+func (db *DB) awaitDecision(ctx context.Context, ft *foreignTxn, waiterStart uint64) (decision, error) {
+	budget := db.opts.IntentWaitMax
+	if waiterStart != 0 && waiterStart > ft.startTs {
+		budget = db.opts.IntentWaitYoungerMax
+	}
+	sk := db.statusKey(ft.startTs)
+	bo := newBackoff(5*time.Millisecond, 100*time.Millisecond)
+	// waited sums the sleeps rather than reading a clock, so that the
+	// budget is the same under a test's fixed clock.
+	var waited time.Duration
+	for {
+		resps, err := db.sender.sendPoints(ctx, false, []*rpcpb.RequestUnion{
+			{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{Key: sk}}},
+			{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{Key: ft.heartbeatKey}}},
+		})
+		if err != nil {
+			return decision{}, err
+		}
+		st, hb := resps[0].GetPlainGet(), resps[1].GetPlainGet()
+		if st == nil || hb == nil {
+			return decision{}, fmt.Errorf("%w: plain get answered with another type", ErrInternal)
+		}
+		if st.GetFound() {
+			c, _, err := db.decodeStatus(ft.startTs, st.GetValue())
+			return decision{commitTs: c}, err
+		}
+		expired := true
+		if hb.GetFound() {
+			if expired, err = heartbeatExpired(hb.GetValue(), db.opts.Clock()); err != nil {
+				return decision{}, err
+			}
+		}
+		if expired {
+			d, err := db.abortTxn(ctx, ft.startTs)
+			if err == nil && d.aborted() {
+				db.stats.abortedOthers.add(1)
+			}
+			return d, err
+		}
+		if waited >= budget {
+			return decision{}, &RetryableError{Reason: ReasonIntentPending, Key: ft.keys[0], Ts: ft.startTs,
+				Msg: fmt.Sprintf("waited %v (budget %v) for a live transaction", waited, budget)}
+		}
+		d := bo.next()
+		if err := sleepCtx(ctx, d); err != nil {
+			return decision{}, fmt.Errorf("%w: waiting for transaction %d: %w", ErrUnavailable, ft.startTs, err)
+		}
+		waited += d
+	}
+}
+
+// resolveKeys resolves the intents of startTs at ks to commitTs (0:
+// aborted), in batches of at most Options.ResolveBatchKeysMax, split per
+// range.
+func (db *DB) resolveKeys(ctx context.Context, startTs, commitTs uint64, ks [][]byte) error {
+	for len(ks) > 0 {
+		n := min(len(ks), db.opts.ResolveBatchKeysMax)
+		reqs := make([]*rpcpb.RequestUnion, n)
+		for i, k := range ks[:n] {
+			reqs[i] = &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_ResolveIntent{ResolveIntent: &rpcpb.ResolveIntentRequest{
+				Key: k, TxnStart: startTs, CommitTs: commitTs}}}
+		}
+		if _, err := db.sender.sendPoints(ctx, true, reqs); err != nil {
+			return err
+		}
+		db.stats.intentsResolved.add(int64(n))
+		ks = ks[n:]
+	}
+	return nil
+}
+
+// resolveTask is a decided transaction of this client whose intents and
+// heartbeat record remain to be cleaned up.
+type resolveTask struct {
+	startTs      uint64
+	commitTs     uint64 // txnstatus.Aborted when aborted
+	keys         [][]byte
+	heartbeatKey []byte // nil: the transaction wrote no heartbeat record
+	// heartbeatDone is closed when the heartbeat goroutine has exited, so
+	// that no refresh in flight can recreate the record after its deletion.
+	heartbeatDone <-chan struct{}
+}
+
+// intentResolver cleans up after this client's decided transactions with
+// Options.ResolveWorkers goroutines fed by a queue of at most
+// Options.ResolveQueueMax tasks.
+type intentResolver struct {
+	db    *DB
+	queue chan resolveTask
+	wg    sync.WaitGroup
+
+	mu struct {
+		sync.RWMutex
+		// closed: no more tasks are accepted; queue is closed.
+		closed bool
+	}
+}
+
+func newIntentResolver(db *DB) *intentResolver {
+	r := &intentResolver{db: db, queue: make(chan resolveTask, db.opts.ResolveQueueMax)}
+	for range db.opts.ResolveWorkers {
+		r.wg.Add(1)
+		go r.work()
+	}
+	return r
+}
+
+// enqueue queues t, blocking while the queue is full (backpressure on
+// committing callers) until ctx ends; then the task is dropped and counted.
+func (r *intentResolver) enqueue(ctx context.Context, t resolveTask) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.mu.closed {
+		r.db.stats.resolveDropped.add(1)
+		return
+	}
+	select {
+	case r.queue <- t:
+	case <-ctx.Done():
+		r.db.stats.resolveDropped.add(1)
+	}
+}
+
+func (r *intentResolver) work() {
+	defer r.wg.Done()
+	for t := range r.queue {
+		r.process(t)
+	}
+}
+
+func (r *intentResolver) process(t resolveTask) {
+	db := r.db
+	ctx, cancel := context.WithTimeout(db.ctx, db.opts.AbortTimeout)
+	defer cancel()
+	if err := db.resolveKeys(ctx, t.startTs, t.commitTs, t.keys); err != nil {
+		if db.ctx.Err() == nil {
+			db.opts.Logger.Warn("canopy client: intent resolution failed; readers will resolve",
+				"start_ts", t.startTs, "commit_ts", t.commitTs, "keys", len(t.keys), "err", err)
+		}
+		db.stats.resolveDropped.add(1)
+	}
+	if t.heartbeatKey != nil {
+		if t.heartbeatDone != nil {
+			select {
+			case <-t.heartbeatDone:
+			case <-ctx.Done():
+				return
+			}
+		}
+		// The decision is recorded, so nobody needs the heartbeat record:
+		// a reader that finds it missing aborts with put-unless-exists,
+		// which loses to the decision and returns it.
+		if err := db.plainPut(ctx, t.heartbeatKey, nil, true); err != nil && db.ctx.Err() == nil {
+			db.opts.Logger.Warn("canopy client: heartbeat record deletion failed", "start_ts", t.startTs, "err", err)
+		}
+	}
+}
+
+// close stops accepting tasks and waits up to drainMax for the queue to
+// drain; the caller then cancels db.ctx, which ends the rest quickly.
+func (r *intentResolver) close(drainMax time.Duration) {
+	r.mu.Lock()
+	if r.mu.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.mu.closed = true
+	close(r.queue)
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	t := time.NewTimer(drainMax)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		// Dropped tasks: workers see db.ctx cancelled and finish fast.
+		r.db.cancel()
+		<-done
+	}
+}

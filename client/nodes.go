@@ -1,0 +1,140 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// nodeDirectory knows the cluster's nodes (ID -> address, learned from
+// ClusterInfo, RangeLookup and NOT_LEASEHOLDER hints) and holds one gRPC
+// connection per address, created on first use.
+//
+// The seed addresses given to Open have no known node ID; they stay in the
+// address list so that "any node" requests can use them.
+type nodeDirectory struct {
+	dialOpts []grpc.DialOption
+
+	mu struct {
+		sync.Mutex
+		// addrByID maps node IDs to addresses.
+		addrByID map[uint64]string
+		// addrs lists every known address once, seeds first. Invariant:
+		// no duplicates.
+		addrs []string
+		// conns holds the open connections by address.
+		conns  map[string]*grpc.ClientConn
+		closed bool
+	}
+}
+
+// messageBytesMax is the gRPC message size limit: the largest request a
+// node accepts plus room for the envelope.
+const messageBytesMax = keys.RequestBytesMax + 1<<20
+
+func newNodeDirectory(seeds []string, extra []grpc.DialOption) *nodeDirectory {
+	d := &nodeDirectory{}
+	d.dialOpts = append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(messageBytesMax), grpc.MaxCallSendMsgSize(messageBytesMax)),
+	}, extra...)
+	d.mu.addrByID = map[uint64]string{}
+	d.mu.conns = map[string]*grpc.ClientConn{}
+	for _, a := range seeds {
+		d.addAddrLocked(a)
+	}
+	return d
+}
+
+func (d *nodeDirectory) addAddrLocked(a string) {
+	for _, x := range d.mu.addrs {
+		if x == a {
+			return
+		}
+	}
+	d.mu.addrs = append(d.mu.addrs, a)
+}
+
+// set records that node id listens on addr.
+func (d *nodeDirectory) set(id uint64, addr string) {
+	if id == 0 || addr == "" {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mu.addrByID[id] = addr
+	d.addAddrLocked(addr)
+}
+
+// update records node descriptors.
+func (d *nodeDirectory) update(nodes []*rpcpb.NodeDescriptor) {
+	for _, n := range nodes {
+		d.set(n.GetNodeId(), n.GetAddress())
+	}
+}
+
+// address returns the address of node id, if known.
+func (d *nodeDirectory) address(id uint64) (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a, ok := d.mu.addrByID[id]
+	return a, ok
+}
+
+// anyAddress returns the i-th known address, cyclically.
+func (d *nodeDirectory) anyAddress(i int) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.mu.addrs) == 0 {
+		return ""
+	}
+	if i < 0 {
+		i = -i
+	}
+	return d.mu.addrs[i%len(d.mu.addrs)]
+}
+
+// addressCount is the number of known addresses.
+func (d *nodeDirectory) addressCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.mu.addrs)
+}
+
+var errClosed = fmt.Errorf("%w: client is closed", ErrUnavailable)
+
+// client returns a KV client for addr, dialing on first use. grpc.NewClient
+// does not connect; the first RPC does, so this never blocks.
+func (d *nodeDirectory) client(addr string) (rpcpb.KVClient, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mu.closed {
+		return nil, errClosed
+	}
+	if c, ok := d.mu.conns[addr]; ok {
+		return rpcpb.NewKVClient(c), nil
+	}
+	c, err := grpc.NewClient(addr, d.dialOpts...)
+	if err != nil {
+		return nil, invalidArgf("address %q: %v", addr, err)
+	}
+	d.mu.conns[addr] = c
+	return rpcpb.NewKVClient(c), nil
+}
+
+func (d *nodeDirectory) close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mu.closed = true
+	var errs []error
+	for a, c := range d.mu.conns {
+		errs = append(errs, c.Close())
+		delete(d.mu.conns, a)
+	}
+	return errors.Join(errs...)
+}

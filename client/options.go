@@ -1,0 +1,252 @@
+package client
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/txnstatus"
+	"google.golang.org/grpc"
+)
+
+// Options configures a DB. The zero value of every field means its
+// default; EnsureDefaults fills them and Validate rejects contradictions.
+//
+// Durations are time.Duration rather than integers with a unit suffix: the
+// type carries the unit, and callers write 5*time.Second.
+type Options struct {
+	// DialOptions are added after the defaults (insecure transport, message
+	// size limits of keys.RequestBytesMax).
+	DialOptions []grpc.DialOption
+
+	// RPCTimeout bounds one attempt of one RPC. A write whose attempt times
+	// out may have been applied: it is retried if idempotent and otherwise
+	// reported as ambiguous. Default 10s.
+	RPCTimeout time.Duration
+	// SendAttemptsMax bounds the attempts of one request to one range
+	// (redirects, re-lookups, retries after UNAVAILABLE or a transport
+	// error). Default 40.
+	SendAttemptsMax int
+	// SendBackoffInitial and SendBackoffMax shape the exponential backoff
+	// between routing attempts. Defaults 5ms and 1s.
+	SendBackoffInitial time.Duration
+	SendBackoffMax     time.Duration
+
+	// TxnAttemptsMax bounds how many times DB.Txn runs its closure. Default 20.
+	TxnAttemptsMax int
+	// TxnBackoffInitial and TxnBackoffMax shape the backoff between
+	// transaction attempts. Defaults 5ms and 1s.
+	TxnBackoffInitial time.Duration
+	TxnBackoffMax     time.Duration
+
+	// HeartbeatTTL is how long a transaction's heartbeat record keeps it
+	// alive; it is refreshed every HeartbeatTTL/5. Others may abort a
+	// transaction whose record expired. Default 5s.
+	HeartbeatTTL time.Duration
+	// TxnLifetimeMax stops the heartbeat of a transaction that has been
+	// neither committed nor rolled back for this long (a leaked Txn), so
+	// that others can abort it. Default 10 minutes.
+	TxnLifetimeMax time.Duration
+
+	// IntentWaitMax bounds how long an operation waits, in total, for an
+	// older live transaction whose intent is in its way before giving up
+	// with ErrRetryable. Default 2s.
+	IntentWaitMax time.Duration
+	// IntentWaitYoungerMax is the same budget when the waiting transaction
+	// is younger than the intent's (larger start_ts). It is short so that a
+	// cycle of waiting transactions (a deadlock) breaks quickly: the younger
+	// one gives up (wait-die). Default 100ms.
+	IntentWaitYoungerMax time.Duration
+	// IntentRoundsMax bounds how often one operation resolves intents and
+	// retries. Default 16.
+	IntentRoundsMax int
+
+	// TxnKeysMax is the most keys one transaction may write. Default and
+	// maximum keys.TxnKeysMax.
+	TxnKeysMax int
+	// ReadSpansMax is the most keys and spans one transaction may read (the
+	// serializable commit check sends them all). Default 100,000.
+	ReadSpansMax int
+	// ScanKeysMax is the most keys one Scan returns; a Scan with limit 0
+	// that would return more fails with ErrInvalidArgument. Default 100,000.
+	ScanKeysMax int
+
+	// TimestampBatchMax is the most timestamps one oracle RPC asks for.
+	// Default 4096.
+	TimestampBatchMax int
+
+	// ResolveWorkers is the number of goroutines resolving intents after a
+	// transaction's decision. Default 4.
+	ResolveWorkers int
+	// ResolveQueueMax bounds the decided transactions waiting for
+	// resolution; a committing caller blocks (within its context) when it
+	// is full. Default 1024.
+	ResolveQueueMax int
+	// ResolveBatchKeysMax is the most ResolveIntent requests in one batch.
+	// Default 1000.
+	ResolveBatchKeysMax int
+	// AbortTimeout bounds the status-table writes made on behalf of a
+	// caller whose context may have ended (abort, ambiguous-commit lookup).
+	// Default 5s.
+	AbortTimeout time.Duration
+	// CloseDrainMax bounds how long Close waits for queued intent
+	// resolution. Default 5s.
+	CloseDrainMax time.Duration
+
+	// Clock returns the wall-clock time used for heartbeat expiries.
+	// Default time.Now. (Tests pass a fixed clock.)
+	Clock func() time.Time
+	// Logger receives warnings. Default slog.Default().
+	Logger *slog.Logger
+
+	// StatusEncoding overrides the status-table encoding named by the
+	// cluster's settings. Dangerous: every client and server of a cluster
+	// must use the same encoding. For tests.
+	StatusEncoding txnstatus.Encoding
+}
+
+// Option changes Options; any func(*Options) is one.
+type Option func(*Options)
+
+// WithOptions replaces the options with o (fields left zero get defaults).
+func WithOptions(o Options) Option { return func(p *Options) { *p = o } }
+
+// WithDialOptions adds gRPC dial options.
+func WithDialOptions(d ...grpc.DialOption) Option {
+	return func(o *Options) { o.DialOptions = append(o.DialOptions, d...) }
+}
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(o *Options) { o.Logger = l } }
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
+	setDur := func(p *time.Duration, d time.Duration) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	setInt := func(p *int, d int) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	setDur(&o.RPCTimeout, 10*time.Second)
+	setInt(&o.SendAttemptsMax, 40)
+	setDur(&o.SendBackoffInitial, 5*time.Millisecond)
+	setDur(&o.SendBackoffMax, time.Second)
+	setInt(&o.TxnAttemptsMax, 20)
+	setDur(&o.TxnBackoffInitial, 5*time.Millisecond)
+	setDur(&o.TxnBackoffMax, time.Second)
+	setDur(&o.HeartbeatTTL, 5*time.Second)
+	setDur(&o.TxnLifetimeMax, 10*time.Minute)
+	setDur(&o.IntentWaitMax, 2*time.Second)
+	setDur(&o.IntentWaitYoungerMax, 100*time.Millisecond)
+	setInt(&o.IntentRoundsMax, 16)
+	setInt(&o.TxnKeysMax, keys.TxnKeysMax)
+	setInt(&o.ReadSpansMax, 100_000)
+	setInt(&o.ScanKeysMax, 100_000)
+	setInt(&o.TimestampBatchMax, 4096)
+	setInt(&o.ResolveWorkers, 4)
+	setInt(&o.ResolveQueueMax, 1024)
+	setInt(&o.ResolveBatchKeysMax, 1000)
+	setDur(&o.AbortTimeout, 5*time.Second)
+	setDur(&o.CloseDrainMax, 5*time.Second)
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate rejects negative or contradictory settings. Call after
+// EnsureDefaults.
+func (o *Options) Validate() error {
+	for name, v := range map[string]time.Duration{
+		"RPCTimeout": o.RPCTimeout, "SendBackoffInitial": o.SendBackoffInitial,
+		"SendBackoffMax": o.SendBackoffMax, "TxnBackoffInitial": o.TxnBackoffInitial,
+		"TxnBackoffMax": o.TxnBackoffMax, "HeartbeatTTL": o.HeartbeatTTL,
+		"TxnLifetimeMax": o.TxnLifetimeMax, "IntentWaitMax": o.IntentWaitMax,
+		"IntentWaitYoungerMax": o.IntentWaitYoungerMax, "AbortTimeout": o.AbortTimeout,
+		"CloseDrainMax": o.CloseDrainMax,
+	} {
+		if v < 0 {
+			return invalidArgf("option %s is negative (%v)", name, v)
+		}
+	}
+	for name, v := range map[string]int{
+		"SendAttemptsMax": o.SendAttemptsMax, "TxnAttemptsMax": o.TxnAttemptsMax,
+		"IntentRoundsMax": o.IntentRoundsMax, "TxnKeysMax": o.TxnKeysMax,
+		"ReadSpansMax": o.ReadSpansMax, "ScanKeysMax": o.ScanKeysMax,
+		"TimestampBatchMax": o.TimestampBatchMax, "ResolveWorkers": o.ResolveWorkers,
+		"ResolveQueueMax": o.ResolveQueueMax, "ResolveBatchKeysMax": o.ResolveBatchKeysMax,
+	} {
+		if v < 0 {
+			return invalidArgf("option %s is negative (%d)", name, v)
+		}
+	}
+	if o.TxnKeysMax > keys.TxnKeysMax {
+		return invalidArgf("option TxnKeysMax %d exceeds the server's keys.TxnKeysMax %d", o.TxnKeysMax, keys.TxnKeysMax)
+	}
+	if o.SendBackoffInitial > o.SendBackoffMax || o.TxnBackoffInitial > o.TxnBackoffMax {
+		return invalidArgf("backoff initial above its maximum (send %v > %v or txn %v > %v)",
+			o.SendBackoffInitial, o.SendBackoffMax, o.TxnBackoffInitial, o.TxnBackoffMax)
+	}
+	if o.HeartbeatTTL < 5*time.Millisecond {
+		return invalidArgf("option HeartbeatTTL %v is below 5ms", o.HeartbeatTTL)
+	}
+	return nil
+}
+
+// Isolation is a transaction's isolation level.
+type Isolation int
+
+const (
+	// Serializable (the default): the transaction behaves as if it ran
+	// alone at its commit timestamp. Commit re-checks every key and span
+	// read for changes in (start_ts, commit_ts].
+	Serializable Isolation = iota
+	// SnapshotIsolation: reads see the snapshot at start_ts and write-write
+	// conflicts abort, but reads are not re-checked at commit (write skew
+	// is possible).
+	SnapshotIsolation
+)
+
+func (i Isolation) String() string {
+	switch i {
+	case Serializable:
+		return "serializable"
+	case SnapshotIsolation:
+		return "snapshot"
+	}
+	return fmt.Sprintf("Isolation(%d)", int(i))
+}
+
+// TxnOptions configures one transaction; the zero value is a serializable
+// transaction with the DB's limits.
+type TxnOptions struct {
+	Isolation Isolation
+	// AttemptsMax overrides Options.TxnAttemptsMax for DB.Txn (0 = default).
+	AttemptsMax int
+}
+
+// TxnOption changes TxnOptions.
+type TxnOption func(*TxnOptions)
+
+// WithIsolation sets the isolation level.
+func WithIsolation(i Isolation) TxnOption { return func(o *TxnOptions) { o.Isolation = i } }
+
+// WithAttemptsMax bounds the attempts of DB.Txn for this transaction.
+func WithAttemptsMax(n int) TxnOption { return func(o *TxnOptions) { o.AttemptsMax = n } }
+
+func (o *TxnOptions) validate() error {
+	if o.Isolation != Serializable && o.Isolation != SnapshotIsolation {
+		return invalidArgf("unknown isolation %d", int(o.Isolation))
+	}
+	if o.AttemptsMax < 0 {
+		return invalidArgf("AttemptsMax is negative (%d)", o.AttemptsMax)
+	}
+	return nil
+}

@@ -1,0 +1,605 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// sender routes requests to the leaseholders of ranges and retries what the
+// routing layer can retry on its own:
+//
+//   - NOT_LEASEHOLDER: remember the hint (and its address) and resend there;
+//     without a hint, try the next replica.
+//   - RANGE_NOT_FOUND, RANGE_KEY_MISMATCH: evict the cached descriptor (take
+//     the one the error carries, if any), look the range up again, resend.
+//   - UNAVAILABLE, NOT_BOOTSTRAPPED, a transport error: back off, try
+//     another replica.
+//   - AMBIGUOUS, or a transport error on a write: the write may have been
+//     applied. Every write the client sends is safe to repeat (PutIntent,
+//     ResolveIntent and the plain writes are idempotent; PlainPutUnlessExists
+//     is repeated and an "exists" with our own value counts as success, see
+//     putUnlessExists; a non-transactional Put repeated inside the caller's
+//     call window is still linearizable), so the sender resends, and only if
+//     it runs out of attempts or time does it return ErrAmbiguous instead of
+//     ErrUnavailable.
+//
+// Everything else (conflicts, intents, invalid arguments) is returned to
+// the caller: conflicts and intents as *kvError for the coordinator.
+// Every loop is bounded by the context and Options.SendAttemptsMax.
+type sender struct {
+	opts  *Options
+	nodes *nodeDirectory
+	cache *rangeCache
+	// cursor rotates "any node" requests so that a node that failed is not
+	// asked first again.
+	cursor atomic.Int64
+}
+
+// stopError wraps an error that ends a routing loop at once.
+type stopError struct{ err error }
+
+func (e *stopError) Error() string { return e.err.Error() }
+
+// rangeCall sends one attempt to one node for range desc. It returns the
+// server's error (nil or OK: success) or a transport error; a *stopError
+// ends the loop with the wrapped error.
+type rangeCall func(ctx context.Context, kv rpcpb.KVClient, desc *rpcpb.RangeDescriptor) (*rpcpb.Error, error)
+
+// giveUp builds the error of a routing loop that ran out of attempts or
+// time. lastErr may be a context error; errors.Is sees through both.
+func giveUp(ambiguous bool, what string, lastErr error) error {
+	if lastErr == nil {
+		lastErr = errors.New("no attempt made")
+	}
+	if ambiguous {
+		return fmt.Errorf("%w: %s: a write may have been applied: %w", ErrAmbiguous, what, lastErr)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, lastErr)
+}
+
+// route sends call to the leaseholder of the range containing routeKey,
+// following redirects and refreshing descriptors. write marks calls that
+// change state (for ambiguity). It returns the descriptor the successful
+// attempt used.
+func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call rangeCall) (*rpcpb.RangeDescriptor, error) {
+	bo := newBackoff(s.opts.SendBackoffInitial, s.opts.SendBackoffMax)
+	var (
+		ambiguous bool
+		lastErr   error
+		wait      bool
+		lastHint  uint64
+	)
+	for attempt := 0; attempt < s.opts.SendAttemptsMax; attempt++ {
+		if wait {
+			if err := sleepCtx(ctx, bo.next()); err != nil {
+				lastErr = err
+				break
+			}
+		}
+		wait = true
+		if err := ctx.Err(); err != nil {
+			lastErr = err
+			break
+		}
+		e, err := s.lookup(ctx, routeKey)
+		if err != nil {
+			if ambiguous {
+				return nil, giveUp(true, fmt.Sprintf("range of %q", routeKey), err)
+			}
+			return nil, err
+		}
+		rid := e.desc.GetRangeId()
+		nodeID, addr := s.target(e, attempt)
+		if addr == "" {
+			lastErr = fmt.Errorf("no address known for range %d", rid)
+			continue
+		}
+		kv, err := s.nodes.client(addr)
+		if err != nil {
+			return nil, err
+		}
+		actx, cancel := context.WithTimeout(ctx, s.opts.RPCTimeout)
+		pbErr, err := call(actx, kv, e.desc)
+		cancel()
+		var se *stopError
+		if errors.As(err, &se) {
+			return e.desc, se.err
+		}
+		if err != nil {
+			// Transport error: the request may have reached the node and
+			// been proposed.
+			if write {
+				ambiguous = true
+			}
+			lastErr = fmt.Errorf("node %d at %s: %w", nodeID, addr, err)
+			s.cache.clearLeaseholder(rid, nodeID)
+			continue
+		}
+		if pbErr.GetCode() == rpcpb.ErrorCode_OK {
+			return e.desc, nil
+		}
+		lastErr = fmt.Errorf("range %d at node %d (%s): %s: %s", rid, nodeID, addr, pbErr.GetCode(), pbErr.GetMessage())
+		switch pbErr.GetCode() {
+		case rpcpb.ErrorCode_NOT_LEASEHOLDER:
+			hint := pbErr.GetLeaseholderHint()
+			s.nodes.set(hint, pbErr.GetLeaseholderAddress())
+			if hint != 0 && hint != nodeID {
+				s.cache.setLeaseholder(rid, hint)
+				// Follow a new hint at once; a hint we already followed
+				// means the lease is moving, so back off.
+				wait = hint == lastHint
+				lastHint = hint
+			} else {
+				s.cache.clearLeaseholder(rid, nodeID)
+			}
+		case rpcpb.ErrorCode_RANGE_NOT_FOUND:
+			s.cache.evict(e)
+			s.cache.clearLeaseholder(rid, nodeID)
+		case rpcpb.ErrorCode_RANGE_KEY_MISMATCH:
+			s.cache.evict(e)
+			if r := pbErr.GetRange(); r != nil {
+				s.cache.insert(r, 0)
+			}
+			wait = attempt > 0
+		case rpcpb.ErrorCode_UNAVAILABLE, rpcpb.ErrorCode_NOT_BOOTSTRAPPED:
+			s.cache.clearLeaseholder(rid, nodeID)
+		case rpcpb.ErrorCode_AMBIGUOUS:
+			if write {
+				ambiguous = true
+			}
+		case rpcpb.ErrorCode_WRITE_CONFLICT, rpcpb.ErrorCode_INTENT_FOUND, rpcpb.ErrorCode_READ_CONFLICT:
+			return e.desc, &kvError{pb: pbErr}
+		default:
+			return e.desc, errorFromPB(pbErr)
+		}
+	}
+	return nil, giveUp(ambiguous, fmt.Sprintf("request for key %q", routeKey), lastErr)
+}
+
+// target picks the node to send to on this attempt: the leaseholder hint
+// if its address is known, else the replicas in turn, else any node.
+func (s *sender) target(e *rangeEntry, attempt int) (uint64, string) {
+	if lh := s.cache.leaseholder(e.desc.GetRangeId()); lh != 0 {
+		if a, ok := s.nodes.address(lh); ok {
+			return lh, a
+		}
+	}
+	reps := e.desc.GetReplicas()
+	for i := range reps {
+		r := reps[(attempt+i)%len(reps)]
+		if a, ok := s.nodes.address(r.GetNodeId()); ok {
+			return r.GetNodeId(), a
+		}
+	}
+	return 0, s.nodes.anyAddress(int(s.cursor.Load()) + attempt)
+}
+
+// anyNode sends call to some node, rotating through the known addresses on
+// failure and following a NOT_LEASEHOLDER that names an address.
+func (s *sender) anyNode(ctx context.Context, what string, call func(ctx context.Context, kv rpcpb.KVClient) (*rpcpb.Error, error)) error {
+	bo := newBackoff(s.opts.SendBackoffInitial, s.opts.SendBackoffMax)
+	var lastErr error
+	next := ""
+	for attempt := 0; attempt < s.opts.SendAttemptsMax; attempt++ {
+		addr := next
+		next = ""
+		if addr == "" {
+			// Back off once per full round over the known addresses.
+			if n := s.nodes.addressCount(); attempt > 0 && (n == 0 || attempt%n == 0) {
+				if err := sleepCtx(ctx, bo.next()); err != nil {
+					lastErr = err
+					break
+				}
+			}
+			addr = s.nodes.anyAddress(int(s.cursor.Load()))
+		}
+		if err := ctx.Err(); err != nil {
+			lastErr = err
+			break
+		}
+		kv, err := s.nodes.client(addr)
+		if err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, s.opts.RPCTimeout)
+		pbErr, err := call(actx, kv)
+		cancel()
+		var se *stopError
+		if errors.As(err, &se) {
+			return se.err
+		}
+		if err != nil {
+			lastErr = fmt.Errorf("%s: %w", addr, err)
+			s.cursor.Add(1)
+			continue
+		}
+		switch pbErr.GetCode() {
+		case rpcpb.ErrorCode_OK:
+			return nil
+		case rpcpb.ErrorCode_NOT_LEASEHOLDER:
+			s.nodes.set(pbErr.GetLeaseholderHint(), pbErr.GetLeaseholderAddress())
+			next = pbErr.GetLeaseholderAddress()
+		case rpcpb.ErrorCode_INVALID_ARGUMENT, rpcpb.ErrorCode_INTERNAL:
+			return errorFromPB(pbErr)
+		default:
+			s.cursor.Add(1)
+		}
+		lastErr = fmt.Errorf("%s: %s: %s", addr, pbErr.GetCode(), pbErr.GetMessage())
+	}
+	return giveUp(false, what, lastErr)
+}
+
+// lookup returns the cached range containing key, or looks it up.
+func (s *sender) lookup(ctx context.Context, key []byte) (*rangeEntry, error) {
+	if e := s.cache.lookup(key); e != nil {
+		return e, nil
+	}
+	var e *rangeEntry
+	err := s.anyNode(ctx, fmt.Sprintf("range lookup of %q", key), func(ctx context.Context, kv rpcpb.KVClient) (*rpcpb.Error, error) {
+		resp, err := kv.RangeLookup(ctx, &rpcpb.RangeLookupRequest{Key: key})
+		if err != nil {
+			return nil, err
+		}
+		if pe := resp.GetError(); pe.GetCode() != rpcpb.ErrorCode_OK {
+			return pe, nil
+		}
+		if resp.GetRange() == nil || !(&rangeEntry{desc: resp.GetRange()}).contains(key) {
+			return &rpcpb.Error{Code: rpcpb.ErrorCode_UNAVAILABLE,
+				Message: fmt.Sprintf("range lookup answered %v, which does not contain the key", resp.GetRange())}, nil
+		}
+		s.nodes.update(resp.GetNodes())
+		e = s.cache.insert(resp.GetRange(), resp.GetLeaseholderNodeId())
+		if !e.contains(key) {
+			// A newer descriptor of the same range was cached meanwhile.
+			return &rpcpb.Error{Code: rpcpb.ErrorCode_UNAVAILABLE, Message: "stale range lookup"}, nil
+		}
+		return nil, nil
+	})
+	return e, err
+}
+
+// sendBatch sends the requests build returns for the descriptor of the
+// range containing routeKey, as one BatchRequest. build runs once per
+// attempt, with that attempt's descriptor, and may refuse it.
+func (s *sender) sendBatch(ctx context.Context, routeKey []byte, write bool,
+	build func(d *rpcpb.RangeDescriptor) ([]*rpcpb.RequestUnion, error)) ([]*rpcpb.ResponseUnion, *rpcpb.RangeDescriptor, error) {
+	var out []*rpcpb.ResponseUnion
+	desc, err := s.route(ctx, routeKey, write, func(ctx context.Context, kv rpcpb.KVClient, d *rpcpb.RangeDescriptor) (*rpcpb.Error, error) {
+		reqs, err := build(d)
+		if err != nil {
+			return nil, &stopError{err}
+		}
+		resp, err := kv.Batch(ctx, &rpcpb.BatchRequest{RangeId: d.GetRangeId(), Requests: reqs})
+		if err != nil {
+			return nil, err
+		}
+		if pe := resp.GetError(); pe.GetCode() != rpcpb.ErrorCode_OK {
+			return pe, nil
+		}
+		if len(resp.GetResponses()) != len(reqs) {
+			return nil, &stopError{fmt.Errorf("%w: %d responses to %d requests", ErrInternal, len(resp.GetResponses()), len(reqs))}
+		}
+		out = resp.GetResponses()
+		return nil, nil
+	})
+	return out, desc, err
+}
+
+// errRegroup: a batch's keys no longer fall in one range.
+var errRegroup = errors.New("client: batch spans ranges; regroup")
+
+// requestKey is the key a point request addresses.
+func requestKey(r *rpcpb.RequestUnion) []byte {
+	switch v := r.GetValue().(type) {
+	case *rpcpb.RequestUnion_Get:
+		return v.Get.GetKey()
+	case *rpcpb.RequestUnion_PutIntent:
+		return v.PutIntent.GetKey()
+	case *rpcpb.RequestUnion_ResolveIntent:
+		return v.ResolveIntent.GetKey()
+	case *rpcpb.RequestUnion_Put:
+		return v.Put.GetKey()
+	case *rpcpb.RequestUnion_PlainGet:
+		return v.PlainGet.GetKey()
+	case *rpcpb.RequestUnion_PlainPutUnlessExists:
+		return v.PlainPutUnlessExists.GetKey()
+	case *rpcpb.RequestUnion_PlainPut:
+		return v.PlainPut.GetKey()
+	}
+	panic(fmt.Sprintf("client: requestKey of a span request %T", r.GetValue()))
+}
+
+// sendPoints sends point requests (one key each), split into one batch per
+// range, the batches in parallel. Responses come back in request order. All
+// requests must be reads, or all writes (write).
+//
+// When several batches fail, a routing error (unavailable, ambiguous)
+// wins over protocol errors; protocol errors of one code are merged (their
+// intents concatenated) so that the caller resolves all intents at once.
+func (s *sender) sendPoints(ctx context.Context, write bool, reqs []*rpcpb.RequestUnion) ([]*rpcpb.ResponseUnion, error) {
+	out := make([]*rpcpb.ResponseUnion, len(reqs))
+	pending := make([]int, len(reqs))
+	for i := range pending {
+		pending[i] = i
+	}
+	for round := 0; len(pending) > 0; round++ {
+		if round >= s.opts.SendAttemptsMax {
+			return nil, fmt.Errorf("%w: batch still straddles ranges after %d regroupings (SendAttemptsMax)", ErrUnavailable, round)
+		}
+		groups, err := s.group(ctx, reqs, pending)
+		if err != nil {
+			return nil, err
+		}
+		type result struct {
+			resps []*rpcpb.ResponseUnion
+			err   error
+		}
+		results := make([]result, len(groups))
+		run := func(gi int) {
+			idx := groups[gi]
+			resps, _, err := s.sendBatch(ctx, requestKey(reqs[idx[0]]), write, func(d *rpcpb.RangeDescriptor) ([]*rpcpb.RequestUnion, error) {
+				e := &rangeEntry{desc: d}
+				sub := make([]*rpcpb.RequestUnion, len(idx))
+				for j, i := range idx {
+					if !e.contains(requestKey(reqs[i])) {
+						return nil, errRegroup
+					}
+					sub[j] = reqs[i]
+				}
+				return sub, nil
+			})
+			results[gi] = result{resps, err}
+		}
+		if len(groups) == 1 {
+			run(0)
+		} else {
+			var wg sync.WaitGroup
+			for gi := range groups {
+				wg.Add(1)
+				go func() { defer wg.Done(); run(gi) }()
+			}
+			wg.Wait()
+		}
+		var next []int
+		var routingErr error
+		var merged *rpcpb.Error
+		for gi, r := range results {
+			var ke *kvError
+			switch {
+			case r.err == nil:
+				for j, i := range groups[gi] {
+					out[i] = r.resps[j]
+				}
+			case errors.Is(r.err, errRegroup):
+				next = append(next, groups[gi]...)
+			case errors.As(r.err, &ke):
+				if merged == nil {
+					merged = proto.Clone(ke.pb).(*rpcpb.Error)
+				} else if merged.GetCode() == ke.pb.GetCode() {
+					merged.Intents = append(merged.Intents, ke.pb.GetIntents()...)
+				}
+			default:
+				if routingErr == nil {
+					routingErr = r.err
+				}
+			}
+		}
+		if routingErr != nil {
+			return nil, routingErr
+		}
+		if merged != nil {
+			return nil, &kvError{pb: merged}
+		}
+		pending = next
+	}
+	return out, nil
+}
+
+// group splits the pending request indices by the cached range of their
+// keys, in first-seen order.
+func (s *sender) group(ctx context.Context, reqs []*rpcpb.RequestUnion, pending []int) ([][]int, error) {
+	var groups [][]int
+	byRange := map[uint64]int{}
+	for _, i := range pending {
+		e, err := s.lookup(ctx, requestKey(reqs[i]))
+		if err != nil {
+			return nil, err
+		}
+		gi, ok := byRange[e.desc.GetRangeId()]
+		if !ok {
+			gi = len(groups)
+			byRange[e.desc.GetRangeId()] = gi
+			groups = append(groups, nil)
+		}
+		groups[gi] = append(groups[gi], i)
+	}
+	return groups, nil
+}
+
+// sendOne sends a single point request and returns its response.
+func (s *sender) sendOne(ctx context.Context, write bool, r *rpcpb.RequestUnion) (*rpcpb.ResponseUnion, error) {
+	resps, err := s.sendPoints(ctx, write, []*rpcpb.RequestUnion{r})
+	if err != nil {
+		return nil, err
+	}
+	return resps[0], nil
+}
+
+// scan reads [start, end) at ts range by range, in key order, up to limit
+// keys (0: no limit but keysMax). When a sub-scan meets intents, onIntents
+// (if not nil) resolves them and the sub-scan is repeated, at most
+// roundsMax times per position; otherwise the *kvError is returned.
+func (s *sender) scan(ctx context.Context, start, end []byte, ts, txnStart uint64, limit, keysMax, roundsMax int,
+	onIntents func(ctx context.Context, intents []*rpcpb.Intent) error) ([]*rpcpb.KeyValue, error) {
+	var out []*rpcpb.KeyValue
+	cur := start
+	rounds := 0
+	for bytes.Compare(cur, end) < 0 {
+		remaining := 0
+		if limit > 0 {
+			remaining = limit - len(out)
+			if remaining <= 0 {
+				break
+			}
+		}
+		resps, desc, err := s.sendBatch(ctx, cur, false, func(d *rpcpb.RangeDescriptor) ([]*rpcpb.RequestUnion, error) {
+			e := end
+			if len(d.GetEndKey()) > 0 && bytes.Compare(d.GetEndKey(), end) < 0 {
+				e = d.GetEndKey()
+			}
+			return []*rpcpb.RequestUnion{{Value: &rpcpb.RequestUnion_Scan{Scan: &rpcpb.ScanRequest{
+				Start: cur, End: e, Ts: ts, TxnStart: txnStart, Limit: uint32(remaining),
+			}}}}, nil
+		})
+		if pb, ok := asKVError(err, rpcpb.ErrorCode_INTENT_FOUND); ok && onIntents != nil && rounds < roundsMax {
+			rounds++
+			if err := onIntents(ctx, pb.GetIntents()); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		rounds = 0
+		resp := resps[0].GetScan()
+		if resp == nil {
+			return nil, fmt.Errorf("%w: scan answered with %T", ErrInternal, resps[0].GetValue())
+		}
+		kvs := resp.GetKvs()
+		if remaining > 0 && len(kvs) > remaining {
+			kvs = kvs[:remaining]
+		}
+		out = append(out, kvs...)
+		if limit == 0 && len(out) > keysMax {
+			return nil, invalidArgf("scan of [%q, %q) returns more than ScanKeysMax=%d keys; pass a limit", start, end, keysMax)
+		}
+		switch {
+		case len(resp.GetResumeKey()) > 0:
+			if bytes.Compare(resp.GetResumeKey(), cur) <= 0 {
+				return nil, fmt.Errorf("%w: scan resume key %q does not advance past %q", ErrInternal, resp.GetResumeKey(), cur)
+			}
+			cur = resp.GetResumeKey()
+		case len(desc.GetEndKey()) == 0 || bytes.Compare(desc.GetEndKey(), end) >= 0:
+			return out, nil
+		default:
+			cur = desc.GetEndKey()
+		}
+	}
+	return out, nil
+}
+
+// refreshSpansPerBatchMax bounds the spans of one RefreshRequest, so that a
+// large read set never makes a request above keys.RequestBytesMax
+// (1000 spans of two keys of at most keys.KeyBytesMax = 8 MiB).
+const refreshSpansPerBatchMax = 1000
+
+// refresh runs the serializable commit check over spans: one
+// RefreshRequest per range (and per refreshSpansPerBatchMax spans), in
+// parallel. Spans crossing range boundaries are cut at them.
+func (s *sender) refresh(ctx context.Context, spans []*rpcpb.Span, fromTs, toTs, txnStart uint64) error {
+	for round := 0; round < s.opts.SendAttemptsMax; round++ {
+		groups, err := s.groupSpans(ctx, spans)
+		if err != nil {
+			return err
+		}
+		errs := make([]error, len(groups))
+		var wg sync.WaitGroup
+		for gi, g := range groups {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _, errs[gi] = s.sendBatch(ctx, g[0].GetStart(), false, func(d *rpcpb.RangeDescriptor) ([]*rpcpb.RequestUnion, error) {
+					e := &rangeEntry{desc: d}
+					for _, sp := range g {
+						if !e.contains(sp.GetStart()) || (len(sp.GetEnd()) > 0 && len(d.GetEndKey()) > 0 && bytes.Compare(sp.GetEnd(), d.GetEndKey()) > 0) {
+							return nil, errRegroup
+						}
+					}
+					return []*rpcpb.RequestUnion{{Value: &rpcpb.RequestUnion_Refresh{Refresh: &rpcpb.RefreshRequest{
+						Spans: g, FromTs: fromTs, ToTs: toTs, TxnStart: txnStart,
+					}}}}, nil
+				})
+			}()
+		}
+		wg.Wait()
+		regroup := false
+		var routingErr error
+		var merged *rpcpb.Error
+		for _, err := range errs {
+			var ke *kvError
+			switch {
+			case err == nil:
+			case errors.Is(err, errRegroup):
+				regroup = true
+			case errors.As(err, &ke):
+				if merged == nil {
+					merged = proto.Clone(ke.pb).(*rpcpb.Error)
+				} else if merged.GetCode() == ke.pb.GetCode() {
+					merged.Intents = append(merged.Intents, ke.pb.GetIntents()...)
+				}
+			default:
+				if routingErr == nil {
+					routingErr = err
+				}
+			}
+		}
+		switch {
+		case routingErr != nil:
+			return routingErr
+		case merged != nil:
+			return &kvError{pb: merged}
+		case !regroup:
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: refresh spans kept straddling ranges (SendAttemptsMax=%d)", ErrUnavailable, s.opts.SendAttemptsMax)
+}
+
+// groupSpans cuts spans at the cached range boundaries and groups the
+// pieces by range, at most refreshSpansPerBatchMax per group.
+func (s *sender) groupSpans(ctx context.Context, spans []*rpcpb.Span) ([][]*rpcpb.Span, error) {
+	var groups [][]*rpcpb.Span
+	byRange := map[uint64]int{}
+	add := func(rid uint64, sp *rpcpb.Span) {
+		gi, ok := byRange[rid]
+		if !ok || len(groups[gi]) >= refreshSpansPerBatchMax {
+			gi = len(groups)
+			byRange[rid] = gi
+			groups = append(groups, nil)
+		}
+		groups[gi] = append(groups[gi], sp)
+	}
+	for _, sp := range spans {
+		if len(sp.GetEnd()) == 0 {
+			e, err := s.lookup(ctx, sp.GetStart())
+			if err != nil {
+				return nil, err
+			}
+			add(e.desc.GetRangeId(), sp)
+			continue
+		}
+		cur := sp.GetStart()
+		for bytes.Compare(cur, sp.GetEnd()) < 0 {
+			e, err := s.lookup(ctx, cur)
+			if err != nil {
+				return nil, err
+			}
+			end := sp.GetEnd()
+			dEnd := e.desc.GetEndKey()
+			if len(dEnd) > 0 && bytes.Compare(dEnd, end) < 0 {
+				end = dEnd
+			}
+			add(e.desc.GetRangeId(), &rpcpb.Span{Start: cur, End: end})
+			cur = end
+		}
+	}
+	return groups, nil
+}

@@ -1,0 +1,55 @@
+package client
+
+import "sync/atomic"
+
+// countingInt is a counter safe for concurrent use.
+type countingInt struct{ v atomic.Int64 }
+
+func (c *countingInt) add(n int64) { c.v.Add(n) }
+func (c *countingInt) load() int64 { return c.v.Load() }
+
+// Stats are counters since Open, for progress lines and tests.
+type Stats struct {
+	// Commits counts committed transactions (read-only ones included).
+	Commits int64
+	// Aborts counts transaction attempts that ended aborted (rolled back,
+	// lost a conflict, or found aborted by another).
+	Aborts int64
+	// Retries counts DB.Txn attempts after the first.
+	Retries int64
+	// Ambiguous counts operations that returned ErrAmbiguous, and commits
+	// whose outcome was first unknown and then looked up (AmbiguousResolved).
+	Ambiguous         int64
+	AmbiguousResolved int64
+	// AbortedOthers counts transactions this client aborted because their
+	// heartbeat had expired.
+	AbortedOthers int64
+	// IntentsResolved counts ResolveIntent requests acknowledged.
+	IntentsResolved int64
+	// ResolveDropped counts decided transactions whose asynchronous intent
+	// resolution was skipped (queue full past the caller's deadline, or the
+	// DB closing); readers resolve those intents when they meet them.
+	ResolveDropped int64
+	// TimestampRPCs counts oracle RPCs (each serves a batch of callers).
+	TimestampRPCs int64
+}
+
+type stats struct {
+	commits, aborts, retries, ambiguous, ambiguousResolved countingInt
+	abortedOthers, intentsResolved, resolveDropped         countingInt
+}
+
+// Stats returns a snapshot of the counters.
+func (db *DB) Stats() Stats {
+	return Stats{
+		Commits:           db.stats.commits.load(),
+		Aborts:            db.stats.aborts.load(),
+		Retries:           db.stats.retries.load(),
+		Ambiguous:         db.stats.ambiguous.load(),
+		AmbiguousResolved: db.stats.ambiguousResolved.load(),
+		AbortedOthers:     db.stats.abortedOthers.load(),
+		IntentsResolved:   db.stats.intentsResolved.load(),
+		ResolveDropped:    db.stats.resolveDropped.load(),
+		TimestampRPCs:     db.oracle.rpcs.load(),
+	}
+}

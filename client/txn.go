@@ -1,0 +1,403 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+)
+
+// Txn is an interactive transaction of the default protocol (DESIGN.md):
+// reads at start_ts, writes as intents, a commit decided by one
+// put-unless-exists in the status table. Its methods may be called from
+// several goroutines; operations then run concurrently.
+//
+// Outline:
+//
+//   - Begin takes start_ts from the oracle.
+//   - Get and Scan read at start_ts (seeing the transaction's own intents),
+//     and record the key or span read for the serializable commit check.
+//     Intents of others are resolved by their status (resolveForeign).
+//   - The first Put or Delete writes the heartbeat record; each write then
+//     goes through the writePath (by default one PutIntentRequest). The
+//     write set is recorded before the request is sent, so that an intent
+//     whose write failed ambiguously is still resolved after the decision.
+//   - Commit (txn_commit.go): a read-only transaction is done. Otherwise the
+//     writePath commits: commit_ts from the oracle, the refresh of all reads
+//     (serializable), put-unless-exists of the committed status.
+//   - After the decision, the intents and heartbeat record are cleaned up
+//     asynchronously (intentResolver).
+//
+// A retryable error (conflict) poisons the transaction: every later
+// operation and Commit return it, and only Rollback remains.
+type Txn struct {
+	db           *DB
+	opts         TxnOptions
+	startTs      uint64
+	heartbeatKey []byte
+	writer       writePath
+	hb           heartbeat
+
+	mu struct {
+		sync.Mutex
+		state txnState
+		// err, once set, is what every later operation returns.
+		err error
+		// reads are the keys (End empty) and spans read, logical keys.
+		// Invariant: len(reads) <= Options.ReadSpansMax.
+		reads []*rpcpb.Span
+		// writes is the write set, logical keys; writeKeys holds them in
+		// first-write order. Invariant: len(writeKeys) == len(writes) <=
+		// Options.TxnKeysMax.
+		writes    map[string]struct{}
+		writeKeys [][]byte
+	}
+}
+
+type txnState int
+
+const (
+	txnPending txnState = iota
+	txnCommitting
+	txnCommitted
+	txnAborted
+	// txnUnknown: Commit returned ErrAmbiguous.
+	txnUnknown
+)
+
+func (s txnState) String() string {
+	return [...]string{"pending", "committing", "committed", "aborted", "of unknown outcome"}[s]
+}
+
+// Begin starts a transaction. The caller must end it with Commit or
+// Rollback; DB.Txn does that (and retries) for you.
+func (db *DB) Begin(ctx context.Context, opts ...TxnOption) (*Txn, error) {
+	var o TxnOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return db.begin(ctx, o)
+}
+
+func (db *DB) begin(ctx context.Context, o TxnOptions) (*Txn, error) {
+	ts, err := db.oracle.timestamp(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := &Txn{db: db, opts: o, startTs: ts, heartbeatKey: keys.HeartbeatKey(ts)}
+	t.mu.writes = map[string]struct{}{}
+	t.writer = db.newWriter(t)
+	return t, nil
+}
+
+// StartTs is the transaction's start timestamp: it reads the snapshot at
+// this timestamp.
+func (t *Txn) StartTs() uint64 { return t.startTs }
+
+// meta is the transaction's identity in intents.
+func (t *Txn) meta() *rpcpb.TxnMeta {
+	return &rpcpb.TxnMeta{StartTs: t.startTs, HeartbeatKey: t.heartbeatKey}
+}
+
+// usable returns the error that stops a new operation, if any.
+func (t *Txn) usable() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.state != txnPending {
+		return invalidArgf("transaction %d is %s", t.startTs, t.mu.state)
+	}
+	return t.mu.err
+}
+
+// fail records a retryable error as the transaction's fate and returns
+// the error as the caller should see it.
+func (t *Txn) fail(err error) error {
+	err = publicError(err)
+	if errors.Is(err, ErrAmbiguous) {
+		// A write whose outcome is unknown: the intent may exist. It is in
+		// the write set, so the decision cleans it up either way; the
+		// transaction itself has not committed.
+		err = fmt.Errorf("%w: write outcome unknown; transaction %d is not committed: %w", ErrUnavailable, t.startTs, err)
+	}
+	if errors.Is(err, ErrRetryable) {
+		t.mu.Lock()
+		if t.mu.err == nil {
+			t.mu.err = err
+		}
+		t.mu.Unlock()
+	}
+	return err
+}
+
+// recordRead adds a read key or span, enforcing ReadSpansMax.
+func (t *Txn) recordRead(sp *rpcpb.Span) error {
+	if t.opts.Isolation != Serializable {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.mu.reads) >= t.db.opts.ReadSpansMax {
+		return invalidArgf("transaction reads more than ReadSpansMax=%d keys and spans", t.db.opts.ReadSpansMax)
+	}
+	t.mu.reads = append(t.mu.reads, sp)
+	return nil
+}
+
+// addWrite adds k to the write set, enforcing TxnKeysMax.
+func (t *Txn) addWrite(k []byte) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.mu.writes[string(k)]; ok {
+		return nil
+	}
+	if n := len(t.mu.writeKeys); n >= t.db.opts.TxnKeysMax {
+		return invalidArgf("transaction writes %d keys, above the limit TxnKeysMax=%d", n+1, t.db.opts.TxnKeysMax)
+	}
+	t.mu.writes[string(k)] = struct{}{}
+	t.mu.writeKeys = append(t.mu.writeKeys, k)
+	return nil
+}
+
+// Get reads key in the transaction's snapshot (and its own writes). It
+// returns the value and whether the key exists.
+func (t *Txn) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
+	if err := checkKey(key); err != nil {
+		return nil, false, err
+	}
+	if err := t.usable(); err != nil {
+		return nil, false, err
+	}
+	k := keys.UserKey(key)
+	if err := t.recordRead(&rpcpb.Span{Start: k}); err != nil {
+		return nil, false, err
+	}
+	if err := t.writer.beforeRead(ctx, k, nil); err != nil {
+		return nil, false, t.fail(err)
+	}
+	r, err := t.db.get(ctx, k, t.startTs, t.startTs)
+	if err != nil {
+		return nil, false, t.fail(err)
+	}
+	return r.GetValue(), r.GetFound(), nil
+}
+
+// Scan reads [start, end) in the transaction's snapshot (and its own
+// writes), in key order, at most limit keys (0: all, up to
+// Options.ScanKeysMax). An empty end means the end of the keyspace.
+func (t *Txn) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyValue, error) {
+	ls, le, err := t.db.checkScan(start, end, limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.usable(); err != nil {
+		return nil, err
+	}
+	if err := t.writer.beforeRead(ctx, ls, le); err != nil {
+		return nil, t.fail(err)
+	}
+	kvs, err := t.db.sender.scan(ctx, ls, le, t.startTs, t.startTs, limit, t.db.opts.ScanKeysMax, t.db.opts.IntentRoundsMax,
+		func(ctx context.Context, intents []*rpcpb.Intent) error {
+			return t.db.resolveForeign(ctx, intents, t.startTs)
+		})
+	if err != nil {
+		return nil, t.fail(err)
+	}
+	// The span read: up to the last key returned when the limit cut the
+	// scan short (keys after it were not read, so need no check).
+	spanEnd := le
+	if limit > 0 && len(kvs) == limit {
+		spanEnd = keys.Next(kvs[len(kvs)-1].GetKey())
+	}
+	if err := t.recordRead(&rpcpb.Span{Start: ls, End: spanEnd}); err != nil {
+		return nil, err
+	}
+	return userKVs(kvs)
+}
+
+// Put writes key = value in the transaction.
+func (t *Txn) Put(ctx context.Context, key, value []byte) error {
+	if err := checkValue(value); err != nil {
+		return err
+	}
+	return t.write(ctx, key, value, false)
+}
+
+// Delete deletes key in the transaction.
+func (t *Txn) Delete(ctx context.Context, key []byte) error {
+	return t.write(ctx, key, nil, true)
+}
+
+func (t *Txn) write(ctx context.Context, key, value []byte, del bool) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if err := t.usable(); err != nil {
+		return err
+	}
+	k := keys.UserKey(key)
+	if err := t.addWrite(k); err != nil {
+		return err
+	}
+	if err := t.ensureHeartbeat(ctx); err != nil {
+		return t.fail(err)
+	}
+	return t.fail(t.writer.write(ctx, k, value, del))
+}
+
+// Rollback aborts the transaction: it writes "aborted" in the status table
+// (unless the transaction wrote nothing) and cleans up its intents
+// asynchronously. Rolling back a finished transaction is a no-op, so
+// `defer txn.Rollback(ctx)` after Begin is fine.
+func (t *Txn) Rollback(ctx context.Context) error {
+	t.mu.Lock()
+	if t.mu.state == txnCommitted || t.mu.state == txnAborted || t.mu.state == txnCommitting {
+		t.mu.Unlock()
+		return nil
+	}
+	t.mu.state = txnCommitting
+	t.mu.Unlock()
+	d, err := t.abort(ctx)
+	if err != nil {
+		return err
+	}
+	if !d.aborted() {
+		// Only after an ambiguous Commit: it had committed after all.
+		return invalidArgf("transaction %d cannot roll back: it committed at %d", t.startTs, d.commitTs)
+	}
+	return nil
+}
+
+// abort records the transaction as aborted (put-unless-exists; the
+// existing decision wins if there is one), then finishes it. It runs on a
+// context detached from ctx's cancellation, bounded by AbortTimeout, since
+// it is cleanup the caller's deadline should not prevent.
+func (t *Txn) abort(ctx context.Context) (decision, error) {
+	t.mu.Lock()
+	wrote := len(t.mu.writeKeys) > 0
+	t.mu.Unlock()
+	if !wrote && !t.heartbeatWritten() {
+		t.finish(ctx, decision{})
+		return decision{}, nil
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.db.opts.AbortTimeout)
+	defer cancel()
+	d, err := t.db.abortTxn(actx, t.startTs)
+	if err != nil {
+		// Not decided: stop heartbeating, so that others abort it once the
+		// record expires. It never commits: we make no further attempt.
+		t.stopHeartbeat()
+		t.setState(txnAborted)
+		t.db.stats.aborts.add(1)
+		return decision{}, publicError(err)
+	}
+	t.finish(actx, d)
+	return d, nil
+}
+
+func (t *Txn) setState(s txnState) {
+	t.mu.Lock()
+	t.mu.state = s
+	t.mu.Unlock()
+}
+
+// finish records the decision, stops the heartbeat and queues the cleanup.
+func (t *Txn) finish(ctx context.Context, d decision) {
+	t.mu.Lock()
+	if d.aborted() {
+		t.mu.state = txnAborted
+	} else {
+		t.mu.state = txnCommitted
+	}
+	ks := t.mu.writeKeys
+	t.mu.Unlock()
+	if d.aborted() {
+		t.db.stats.aborts.add(1)
+	} else {
+		t.db.stats.commits.add(1)
+	}
+	written, done := t.stopHeartbeat()
+	if len(ks) == 0 && !written {
+		return
+	}
+	task := resolveTask{startTs: t.startTs, commitTs: d.commitTs, keys: ks, heartbeatDone: done}
+	if written {
+		task.heartbeatKey = t.heartbeatKey
+	}
+	t.db.resolver.enqueue(ctx, task)
+}
+
+// Txn runs fn in a transaction and commits it, retrying the whole
+// transaction (a new Txn with a new start_ts) when fn or the commit returns
+// an error wrapping ErrRetryable, with exponential backoff and jitter, at
+// most Options.TxnAttemptsMax times (or WithAttemptsMax).
+//
+// fn must not have effects outside the transaction that a rerun would
+// repeat wrongly. It may return an error: the transaction is rolled back
+// and the error returned (retried only if it wraps ErrRetryable).
+//
+// Txn returns nil exactly when the transaction committed. After a commit
+// whose outcome was unknown it looks the transaction up in the status table
+// (writing "aborted" if there is no record yet) and never reruns fn before
+// it knows the first run aborted; ErrAmbiguous means that lookup itself
+// could not complete.
+func (db *DB) Txn(ctx context.Context, fn func(ctx context.Context, txn *Txn) error, opts ...TxnOption) error {
+	var o TxnOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if err := o.validate(); err != nil {
+		return err
+	}
+	attemptsMax := db.opts.TxnAttemptsMax
+	if o.AttemptsMax > 0 {
+		attemptsMax = o.AttemptsMax
+	}
+	bo := newBackoff(db.opts.TxnBackoffInitial, db.opts.TxnBackoffMax)
+	var lastErr error
+	for attempt := 1; attempt <= attemptsMax; attempt++ {
+		if attempt > 1 {
+			db.stats.retries.add(1)
+			if err := sleepCtx(ctx, bo.next()); err != nil {
+				return fmt.Errorf("canopy: transaction abandoned after %d attempts: %w (last attempt: %w)", attempt-1, err, lastErr)
+			}
+		}
+		t, err := db.begin(ctx, o)
+		if err != nil {
+			return err
+		}
+		err = t.runAttempt(ctx, fn)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ErrRetryable) {
+			return err
+		}
+		lastErr = err
+	}
+	return fmt.Errorf("canopy: transaction gave up after %d attempts (TxnAttemptsMax): %w", attemptsMax, lastErr)
+}
+
+func (t *Txn) runAttempt(ctx context.Context, fn func(ctx context.Context, txn *Txn) error) error {
+	done := false
+	defer func() {
+		if !done {
+			// fn panicked: abort, then let the panic go on.
+			_ = t.Rollback(ctx)
+		}
+	}()
+	err := fn(ctx, t)
+	done = true
+	if err != nil {
+		// Best effort: if the abort fails, the heartbeat stops and others
+		// abort the transaction once its record expires.
+		_ = t.Rollback(ctx)
+		return err
+	}
+	return t.Commit(ctx)
+}
