@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -436,6 +437,120 @@ func TestRandomRegisterHistories(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// genKVHistory simulates concurrent clients on a map: each operation takes
+// effect at a random instant inside its interval (an ambiguous put at a
+// random instant after its call, or never), gets return what the map holds
+// at their instant. The history is linearizable by construction.
+func genKVHistory(rng *rand.Rand, clients, opsPerClient, keys int) []KVOp {
+	type pending struct {
+		op    KVOp
+		point int64 // linearization instant; -1 = never takes effect
+	}
+	var all []*pending
+	next := 0
+	for c := range clients {
+		now := int64(rng.IntN(10))
+		for range opsPerClient {
+			call := now + int64(rng.IntN(5))
+			ret := call + int64(rng.IntN(30))
+			op := KVOp{ClientID: c, Key: fmt.Sprintf("k%d", rng.IntN(keys)), Call: call, Return: ret, Outcome: OK}
+			switch p := rng.IntN(10); {
+			case p < 5:
+				op.Kind = OpGet
+			case p < 8:
+				op.Kind = OpPut
+				next++
+				op.Value = fmt.Sprintf("v%d", next)
+			default:
+				op.Kind = OpDel
+			}
+			point := call + int64(rng.IntN(int(ret-call)+1))
+			switch p := rng.IntN(20); {
+			case p == 0 && op.Kind != OpGet:
+				op.Outcome = Failed
+				point = -1
+			case p == 1:
+				op.Outcome = Unknown
+				point = -1
+				if op.Kind != OpGet && rng.IntN(2) == 0 {
+					point = call + int64(rng.IntN(200)) // possibly long after
+				}
+			}
+			all = append(all, &pending{op: op, point: point})
+			now = ret + 1
+		}
+	}
+	byPoint := slices.Clone(all)
+	slices.SortStableFunc(byPoint, func(a, b *pending) int { return cmp.Compare(a.point, b.point) })
+	state := make(map[string]string)
+	for _, p := range byPoint {
+		if p.point < 0 {
+			continue
+		}
+		switch p.op.Kind {
+		case OpGet:
+			p.op.Value, p.op.Found = state[p.op.Key]
+		case OpPut:
+			state[p.op.Key] = p.op.Value
+		case OpDel:
+			delete(state, p.op.Key)
+		}
+	}
+	ops := make([]KVOp, len(all))
+	for i, p := range all {
+		ops[i] = p.op
+		if p.op.Outcome == Unknown && p.op.Kind == OpGet {
+			ops[i].Value, ops[i].Found = "garbage of an unanswered get", true
+		}
+	}
+	return ops
+}
+
+// staleGet makes a get return the value of a put P1 that completed before
+// another put P2 of the same key began, P2 having completed before the get
+// began: no linearization can order P1 after P2.
+func staleGet(ops []KVOp) (string, bool) {
+	for gi := range ops {
+		g := &ops[gi]
+		if g.Kind != OpGet || g.Outcome != OK {
+			continue
+		}
+		for _, p2 := range ops {
+			if p2.Kind != OpPut || p2.Outcome != OK || p2.Key != g.Key || p2.Return >= g.Call {
+				continue
+			}
+			for _, p1 := range ops {
+				if p1.Kind == OpPut && p1.Outcome == OK && p1.Key == g.Key && p1.Return < p2.Call {
+					g.Value, g.Found = p1.Value, true
+					return fmt.Sprintf("get %q at [%d, %d] now returns %q", g.Key, g.Call, g.Return, p1.Value), true
+				}
+			}
+		}
+	}
+	return "", false
+}
+
+func TestRandomLinearizableHistories(t *testing.T) {
+	for _, seed := range randomSeeds(t) {
+		rng := rand.New(rand.NewPCG(seed, 0))
+		ops := genKVHistory(rng, 5, 40, 3)
+		rng.Shuffle(len(ops), func(i, j int) { ops[i], ops[j] = ops[j], ops[i] })
+		ok, info, err := CheckLinearizable(ops, checkTimeout)
+		if err != nil || !ok {
+			t.Fatalf("seed %d: linearizable history rejected: ok=%v err=%v info=%s", seed, ok, err, info)
+		}
+		what, found := staleGet(ops)
+		if !found {
+			t.Logf("seed %d: no candidate for a stale get", seed)
+			continue
+		}
+		ok, info, err = CheckLinearizable(ops, checkTimeout)
+		if err != nil || ok {
+			t.Fatalf("seed %d: %s: got ok=%v err=%v info=%s, want a violation", seed, what, ok, err, info)
 		}
 	}
 }
