@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // ErrNotFound is returned by Get when the key has no value.
@@ -14,34 +14,8 @@ var ErrNotFound = errors.New("storage: key not found")
 
 // ErrCorruption marks data read back from disk that fails a check. It is
 // never retried: the store must be repaired or rebuilt from replicas.
+// Errors from blob files wrap both ErrCorruption and vlog.ErrCorruption.
 var ErrCorruption = errors.New("storage: corruption")
-
-// Options configure an Engine. The zero value is the default.
-type Options struct {
-	// FS is the file system; nil means the real OS file system. Tests pass
-	// vfs.NewStrictMem() to simulate crashes that lose unsynced writes.
-	FS vfs.FS
-	// CacheBytes is the block cache size; 0 means 64 MiB.
-	CacheBytes int64
-	// MemTableBytes is the memtable size; 0 means 16 MiB.
-	MemTableBytes uint64
-	// NoSync turns every sync into a no-sync write. Dangerous: it breaks
-	// invariant I2 on power loss. Only for benchmarks that say so.
-	NoSync bool
-}
-
-// EnsureDefaults fills zero fields with their defaults.
-func (o *Options) EnsureDefaults() {
-	if o.FS == nil {
-		o.FS = vfs.Default
-	}
-	if o.CacheBytes == 0 {
-		o.CacheBytes = 64 << 20
-	}
-	if o.MemTableBytes == 0 {
-		o.MemTableBytes = 16 << 20
-	}
-}
 
 // Reader is implemented by Engine, Batch and Snapshot.
 type Reader interface {
@@ -64,15 +38,32 @@ type ReadWriter interface {
 	Writer
 }
 
-// Engine is one Pebble instance.
+// Engine is one Pebble instance plus, where the mode separates values, the
+// blob files of its value log.
 type Engine struct {
 	db   *pebble.DB
 	opts Options
+	dir  string
+	// blobs is never nil: even a store in ModeInline follows pointers
+	// written while it ran in another mode.
+	blobs *blobSet
+	// stripes serialise, per key, the read of a data key's current value
+	// and the commit that replaces it, so that discard accounting is exact
+	// and a GC pointer update never overwrites a newer write. Lock order:
+	// ascending stripe index; a batch with a range deletion takes all.
+	stripes [stripeCount]sync.Mutex
+	// readers tracks open readers so that GC never punches or deletes bytes
+	// that a reader opened earlier may still follow a pointer into.
+	readers readerGate
+	gc      gcLoop
 }
 
 // Open opens or creates the engine in dir.
 func Open(dir string, opts Options) (*Engine, error) {
 	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()
 	popts := &pebble.Options{
@@ -80,30 +71,73 @@ func Open(dir string, opts Options) (*Engine, error) {
 		Cache:        cache,
 		MemTableSize: opts.MemTableBytes,
 		Logger:       quietLogger{},
+		Merger:       merger,
+	}
+	if opts.Mode == ModePebble {
+		popts.FormatMajorVersion = pebble.FormatNewest
+		threshold := opts.ThresholdBytes
+		popts.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
+			return pebble.ValueSeparationPolicy{
+				Enabled:               true,
+				MinimumSize:           threshold,
+				MaxBlobReferenceDepth: 10,
+				RewriteMinimumAge:     0,
+				TargetGarbageRatio:    0.2,
+			}
+		}
 	}
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
 	}
-	return &Engine{db: db, opts: opts}, nil
+	e := &Engine{db: db, opts: opts, dir: dir}
+	e.readers.init()
+	if e.blobs, err = openBlobSet(e); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if opts.Mode.separates() && !opts.GC.Disabled {
+		e.gc.start(e)
+	}
+	return e, nil
 }
 
 // Close closes the engine.
-func (e *Engine) Close() error { return e.db.Close() }
+func (e *Engine) Close() error {
+	e.gc.stop()
+	err := e.blobs.close()
+	if cerr := e.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
 
-// DB exposes the Pebble instance for metrics and tests.
+// DB exposes the Pebble instance for metrics and tests. Values under
+// PrefixData read through it carry the engine's tag byte (see value.go).
 func (e *Engine) DB() *pebble.DB { return e.db }
 
+// Options returns the engine's options with defaults filled in.
+func (e *Engine) Options() Options { return e.opts }
+
 // Get implements Reader.
-func (e *Engine) Get(key []byte) ([]byte, error) { return getCopy(e.db.Get(key)) }
+func (e *Engine) Get(key []byte) ([]byte, error) {
+	if !isDataKey(key) {
+		return getCopy(e.db.Get(key))
+	}
+	ep := e.readers.enter()
+	defer e.readers.exit(ep)
+	return e.getData(key, e.db.Get)
+}
 
 // NewIter implements Reader.
 func (e *Engine) NewIter(lower, upper []byte) (*Iter, error) {
+	ep := e.readers.enter()
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
+		e.readers.exit(ep)
 		return nil, err
 	}
-	return &Iter{it: it}, nil
+	return &Iter{it: it, e: e, epoch: ep, registered: true}, nil
 }
 
 // NewBatch returns an indexed batch that reads its own writes.
@@ -116,8 +150,12 @@ func (e *Engine) NewWriteBatch() *Batch {
 	return &Batch{b: e.db.NewBatch(), e: e}
 }
 
-// NewSnapshot returns a consistent point-in-time view. Close it when done.
-func (e *Engine) NewSnapshot() *Snapshot { return &Snapshot{s: e.db.NewSnapshot()} }
+// NewSnapshot returns a consistent point-in-time view. Close it when done:
+// an open snapshot holds back blob GC (it may follow old pointers).
+func (e *Engine) NewSnapshot() *Snapshot {
+	ep := e.readers.enter()
+	return &Snapshot{s: e.db.NewSnapshot(), e: e, epoch: ep}
+}
 
 // Sync makes all writes so far durable (flushes the WAL).
 func (e *Engine) Sync() error {
@@ -134,30 +172,69 @@ func (e *Engine) writeOpts(sync bool) *pebble.WriteOptions {
 }
 
 // Batch is an atomic group of writes.
+//
+// Values under PrefixData are stored tagged inline in the Pebble batch, so
+// an indexed batch reads its own writes like the LSM's. Separation happens
+// at Commit (separate.go): large values are appended to a blob file, synced,
+// and the batch that is committed carries pointers instead. A batch closed
+// without Commit thus leaves no garbage in blob files.
 type Batch struct {
 	b *pebble.Batch
 	e *Engine
+	// dataWrites: the batch writes under PrefixData; Commit must look at it.
+	dataWrites bool
+	// rangeDel: the batch deletes a range that overlaps PrefixData.
+	rangeDel bool
 }
 
 // Set implements Writer.
-func (b *Batch) Set(key, value []byte) error { return b.b.Set(key, value, nil) }
+func (b *Batch) Set(key, value []byte) error {
+	if !isDataKey(key) {
+		return b.b.Set(key, value, nil)
+	}
+	b.dataWrites = true
+	op := b.b.SetDeferred(len(key), 1+len(value))
+	copy(op.Key, key)
+	op.Value[0] = tagInline
+	copy(op.Value[1:], value)
+	return op.Finish()
+}
 
 // Delete implements Writer.
-func (b *Batch) Delete(key []byte) error { return b.b.Delete(key, nil) }
+func (b *Batch) Delete(key []byte) error {
+	if isDataKey(key) {
+		b.dataWrites = true
+	}
+	return b.b.Delete(key, nil)
+}
 
 // DeleteRange implements Writer.
-func (b *Batch) DeleteRange(start, end []byte) error { return b.b.DeleteRange(start, end, nil) }
+func (b *Batch) DeleteRange(start, end []byte) error {
+	if overlapsData(start, end) {
+		b.dataWrites, b.rangeDel = true, true
+	}
+	return b.b.DeleteRange(start, end, nil)
+}
 
 // Get implements Reader (indexed batches only).
-func (b *Batch) Get(key []byte) ([]byte, error) { return getCopy(b.b.Get(key)) }
+func (b *Batch) Get(key []byte) ([]byte, error) {
+	if !isDataKey(key) {
+		return getCopy(b.b.Get(key))
+	}
+	ep := b.e.readers.enter()
+	defer b.e.readers.exit(ep)
+	return b.e.getData(key, b.b.Get)
+}
 
 // NewIter implements Reader (indexed batches only).
 func (b *Batch) NewIter(lower, upper []byte) (*Iter, error) {
+	ep := b.e.readers.enter()
 	it, err := b.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
+		b.e.readers.exit(ep)
 		return nil, err
 	}
-	return &Iter{it: it}, nil
+	return &Iter{it: it, e: b.e, epoch: ep, registered: true}, nil
 }
 
 // Empty reports whether the batch holds no writes.
@@ -167,16 +244,31 @@ func (b *Batch) Empty() bool { return b.b.Empty() }
 func (b *Batch) Len() int { return b.b.Len() }
 
 // Commit applies the batch; sync=true waits until it is durable.
-func (b *Batch) Commit(sync bool) error { return b.b.Commit(b.e.writeOpts(sync)) }
+func (b *Batch) Commit(sync bool) error {
+	if !b.dataWrites || !b.e.needsAccounting() {
+		return b.b.Commit(b.e.writeOpts(sync))
+	}
+	return b.e.commitSeparated(b, sync)
+}
 
 // Close releases the batch. It is safe after Commit.
 func (b *Batch) Close() { _ = b.b.Close() }
 
 // Snapshot is a point-in-time view of the engine.
-type Snapshot struct{ s *pebble.Snapshot }
+type Snapshot struct {
+	s     *pebble.Snapshot
+	e     *Engine
+	epoch uint64
+	once  sync.Once
+}
 
 // Get implements Reader.
-func (s *Snapshot) Get(key []byte) ([]byte, error) { return getCopy(s.s.Get(key)) }
+func (s *Snapshot) Get(key []byte) ([]byte, error) {
+	if !isDataKey(key) {
+		return getCopy(s.s.Get(key))
+	}
+	return s.e.getData(key, s.s.Get)
+}
 
 // NewIter implements Reader.
 func (s *Snapshot) NewIter(lower, upper []byte) (*Iter, error) {
@@ -184,15 +276,27 @@ func (s *Snapshot) NewIter(lower, upper []byte) (*Iter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Iter{it: it}, nil
+	// The snapshot's registration covers its iterators.
+	return &Iter{it: it, e: s.e}, nil
 }
 
 // Close releases the snapshot.
-func (s *Snapshot) Close() { _ = s.s.Close() }
+func (s *Snapshot) Close() {
+	s.once.Do(func() {
+		_ = s.s.Close()
+		s.e.readers.exit(s.epoch)
+	})
+}
 
 // Iter iterates keys in order. Key and Value return slices valid until the
 // next positioning call; copy them to keep them.
-type Iter struct{ it *pebble.Iterator }
+type Iter struct {
+	it         *pebble.Iterator
+	e          *Engine
+	epoch      uint64
+	registered bool
+	buf        []byte
+}
 
 func (i *Iter) First() bool            { return i.it.First() }
 func (i *Iter) Last() bool             { return i.it.Last() }
@@ -202,9 +306,28 @@ func (i *Iter) Next() bool             { return i.it.Next() }
 func (i *Iter) Prev() bool             { return i.it.Prev() }
 func (i *Iter) Valid() bool            { return i.it.Valid() }
 func (i *Iter) Key() []byte            { return i.it.Key() }
-func (i *Iter) Value() ([]byte, error) { return i.it.ValueAndErr() }
 func (i *Iter) Error() error           { return i.it.Error() }
-func (i *Iter) Close() error           { return i.it.Close() }
+
+// Value returns the current value, following a blob pointer if need be.
+func (i *Iter) Value() ([]byte, error) {
+	v, err := i.it.ValueAndErr()
+	if err != nil || !isDataKey(i.it.Key()) {
+		return v, err
+	}
+	var out []byte
+	out, i.buf, err = i.e.decodeStored(i.it.Key(), v, i.buf)
+	return out, err
+}
+
+// Close releases the iterator.
+func (i *Iter) Close() error {
+	err := i.it.Close()
+	if i.registered {
+		i.registered = false
+		i.e.readers.exit(i.epoch)
+	}
+	return err
+}
 
 func getCopy(v []byte, closer io.Closer, err error) ([]byte, error) {
 	if errors.Is(err, pebble.ErrNotFound) {
