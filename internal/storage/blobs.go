@@ -29,8 +29,12 @@ var (
 	discardPrefix = NodeLocalKey("vlog/discard/")
 )
 
-func metaKey(num uint64) []byte    { return binary.BigEndian.AppendUint64(append([]byte(nil), metaPrefix...), num) }
-func discardKey(num uint64) []byte { return binary.BigEndian.AppendUint64(append([]byte(nil), discardPrefix...), num) }
+func metaKey(num uint64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte(nil), metaPrefix...), num)
+}
+func discardKey(num uint64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte(nil), discardPrefix...), num)
+}
 
 // blobFile is one blob file known to the manifest.
 type blobFile struct {

@@ -12,15 +12,15 @@ func TestPlace(t *testing.T) {
 	}{
 		{0, 100, 0},
 		{100, 100, 100},
-		{4000, 96, 4000},    // ends exactly at the boundary
-		{4000, 97, 4096},    // would straddle
-		{4096, 4096, 4096},  // a full block at a boundary
-		{100, 4096, 4096},   // a full block never straddles
-		{100, 5000, 4096},   // larger than a block: next boundary
-		{8192, 9000, 8192},  // already aligned
-		{12000, 10, 12000},  // small record after a large one
-		{4095, 1, 4095},     // last byte of a block
-		{4095, 2, 4096},     // one byte too many
+		{4000, 96, 4000},   // ends exactly at the boundary
+		{4000, 97, 4096},   // would straddle
+		{4096, 4096, 4096}, // a full block at a boundary
+		{100, 4096, 4096},  // a full block never straddles
+		{100, 5000, 4096},  // larger than a block: next boundary
+		{8192, 9000, 8192}, // already aligned
+		{12000, 10, 12000}, // small record after a large one
+		{4095, 1, 4095},    // last byte of a block
+		{4095, 2, 4096},    // one byte too many
 	} {
 		if got := Place(tc.end, tc.n); got != tc.want {
 			t.Errorf("Place(%d, %d) = %d, want %d", tc.end, tc.n, got, tc.want)
