@@ -17,9 +17,9 @@
 // # The caller's contract
 //
 //  1. Record every operation a client started, including the ones whose
-//     result it never learned. Dropping an operation with an unknown outcome
-//     from the record can turn a correct history into a "violation" (a read
-//     sees a value nobody wrote) or hide a real one.
+//     result it never learned. Leaving out a write with an unknown outcome
+//     turns a correct history into a false "violation" as soon as someone
+//     reads what it wrote.
 //  2. Classify each outcome honestly. For single-key operations: OK (it
 //     happened and the result is known), Failed (it definitely did not take
 //     effect, e.g. a typed error that guarantees no effect), Unknown (timeout,
@@ -28,9 +28,9 @@
 //     Ambiguous means the commit outcome is unknown; neither means the
 //     transaction definitely did not commit. When in doubt, say Unknown or
 //     Ambiguous: that only costs checking power, never soundness.
-//  3. Make written values unique per key (list elements, register values,
-//     put values are not required to be unique for linearizability, but
-//     unique values make failures far easier to read).
+//  3. Make written values unique per key: list elements and register
+//     values must be (a read names its writer by value); put values need
+//     not be, but unique ones make a failure far easier to read.
 //  4. Take Call and Return timestamps from one monotonic clock shared by all
 //     clients of the history (time.Since(start) of one start instant), Call
 //     before sending the request, Return after receiving the reply.

@@ -265,6 +265,12 @@ func (c *listChecker) buildGraph() {
 		}
 	}
 
+	externalByKey := make(map[string][]listRead)
+	for _, r := range c.reads {
+		if r.external {
+			externalByKey[r.key] = append(externalByKey[r.key], r)
+		}
+	}
 	for _, key := range sortedKeys(c.orders) {
 		order := c.orders[key]
 		inOrder := make(map[int]bool, len(order))
@@ -299,10 +305,7 @@ func (c *listChecker) buildGraph() {
 		}
 
 		// rw from each external read to the next committed append.
-		for _, r := range c.reads {
-			if !r.external || r.key != key {
-				continue
-			}
+		for _, r := range externalByKey[key] {
 			reader := c.txns[r.txn].ID
 			next := -1
 			for j := r.prefixLen; j < len(order); j++ {
