@@ -38,9 +38,10 @@
 // # How results are reported
 //
 // The linearizability checker returns ok, a one-line info and an error. An
-// error means "no verdict": the history was malformed ([ErrInvalidHistory]) or
-// porcupine ran out of time ([ErrCheckTimeout]); a test must treat that as a
-// failure to check, never as a pass.
+// error means "no verdict": the history was malformed ([ErrInvalidHistory]),
+// an option was invalid ([ErrInvalidArgument]) or porcupine ran out of time
+// ([ErrCheckTimeout]); a test must treat that as a failure to check, never as
+// a pass. [CheckBankTotal] returns an error wrapping [ErrBankTotal].
 //
 // The serializability checkers return ok and a list of anomalies, each a
 // one-line string that starts with its class, so that tests can match on it:
@@ -57,8 +58,8 @@
 //	G2 (G-single):          a cycle with exactly one read-write
 //	                        (anti-dependency) edge; forbidden by snapshot
 //	                        isolation too (lost update, read skew)
-//	G2:                     a cycle with two or more read-write edges (write
-//	                        skew); allowed by snapshot isolation
+//	G2:                     a cycle with two or more read-write edges, e.g.
+//	                        write skew, which snapshot isolation permits
 //	incompatible order:     two reads of one list are not prefixes of one
 //	                        another
 //	duplicate elements:     a read list holds one element twice
