@@ -307,14 +307,12 @@ func (c *listChecker) buildGraph() {
 		// rw from each external read to the next committed append.
 		for _, r := range externalByKey[key] {
 			reader := c.txns[r.txn].ID
-			next := -1
-			for j := r.prefixLen; j < len(order); j++ {
-				if w, ok := appender(key, order[j]); ok && w != reader {
-					next = w
-					break
-				}
+			next, found := 0, false
+			for j := r.prefixLen; j < len(order) && !found; j++ {
+				next, found = appender(key, order[j])
+				found = found && next != reader
 			}
-			if next >= 0 {
+			if found {
 				g.addEdge(reader, next, edgeRW, key)
 				continue
 			}

@@ -137,6 +137,16 @@ func TestCheckListAppend(t *testing.T) {
 			wantText: []string{"-ww->", "-rw->"},
 		},
 		{
+			name: "IDs may be zero or negative",
+			txns: []TxnRecord{
+				committed(0, rd("x"), ap("x", 1)),
+				committed(-1, rd("x"), ap("x", 2)),
+				committed(5, rd("x", 2, 1)),
+			},
+			want:     []string{"G2 (G-single): "},
+			wantText: []string{"T-1 -ww-> T0 -rw-> T-1"},
+		},
+		{
 			name: "read skew",
 			txns: []TxnRecord{
 				committed(1, ap("x", 1), ap("y", 1)),
