@@ -3,6 +3,7 @@ package check
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // CheckListAppend checks that a history of transactions over append-only
@@ -106,19 +107,19 @@ func (c *listChecker) readTrusted() {
 				continue
 			}
 			if dup, ok := firstDuplicate(op.List); ok {
-				c.a.add("duplicate elements", fmt.Sprintf("T%d read %q = %v: %d appears twice", t.ID, op.Key, op.List, dup))
+				c.a.add("duplicate elements", fmt.Sprintf("T%d read %q = %s: %d appears twice", t.ID, op.Key, fmtList(op.List), dup))
 				continue
 			}
 			r := listRead{txn: i, key: op.Key, list: op.List}
 			if st.read {
 				want := slices.Concat(st.last, st.own)
 				if !slices.Equal(op.List, want) {
-					c.a.add("internal inconsistency", fmt.Sprintf("T%d read %q = %v, want %v (its previous read plus its own appends)",
-						t.ID, op.Key, op.List, want))
+					c.a.add("internal inconsistency", fmt.Sprintf("T%d read %q = %s, want %s (its previous read plus its own appends)",
+						t.ID, op.Key, fmtList(op.List), fmtList(want)))
 				}
 			} else if n := len(op.List) - len(st.own); n < 0 || !slices.Equal(op.List[n:], st.own) {
-				c.a.add("internal inconsistency", fmt.Sprintf("T%d read %q = %v, want a list ending with its own appends %v",
-					t.ID, op.Key, op.List, st.own))
+				c.a.add("internal inconsistency", fmt.Sprintf("T%d read %q = %s, want a list ending with its own appends %s",
+					t.ID, op.Key, fmtList(op.List), fmtList(st.own)))
 			} else {
 				r.external, r.prefixLen = true, n
 			}
@@ -156,14 +157,33 @@ func (c *listChecker) inferOrders() {
 			continue
 		}
 		c.unordered[r.key] = true
-		c.a.add("incompatible order", fmt.Sprintf("%q: T%d read %v, T%d read %v",
-			r.key, c.txns[r.txn].ID, r.list, c.txns[l.txn].ID, l.list))
+		c.a.add("incompatible order", fmt.Sprintf("%q: T%d read %s, T%d read %s",
+			r.key, c.txns[r.txn].ID, fmtList(r.list), c.txns[l.txn].ID, fmtList(l.list)))
 	}
 	for key, l := range longest {
 		if !c.unordered[key] {
 			c.orders[key] = l.list
 		}
 	}
+}
+
+// listHeadShown and listTailShown bound how much of a list a report line
+// prints: the head, then a count of the elements left out, then the tail,
+// where lists usually differ.
+const (
+	listHeadShown = 3
+	listTailShown = 6
+)
+
+// fmtList formats a list for a report line, eliding the middle of a long
+// one.
+func fmtList(list []int) string {
+	if len(list) <= listHeadShown+listTailShown+1 {
+		return fmt.Sprint(list)
+	}
+	head := strings.Trim(fmt.Sprint(list[:listHeadShown]), "[]")
+	tail := strings.Trim(fmt.Sprint(list[len(list)-listTailShown:]), "[]")
+	return fmt.Sprintf("[%s ...%d more... %s]", head, len(list)-listHeadShown-listTailShown, tail)
 }
 
 func isPrefix(prefix, list []int) bool {
@@ -189,13 +209,13 @@ func (c *listChecker) resolveMembership() {
 			switch {
 			case !ok:
 				if !reportedGarbage {
-					c.a.add("garbage read", fmt.Sprintf("T%d read %q = %v: nobody appended %d", reader, r.key, r.list, e))
+					c.a.add("garbage read", fmt.Sprintf("T%d read %q = %s: nobody appended %d", reader, r.key, fmtList(r.list), e))
 					reportedGarbage = true
 				}
 			case statusOf(&c.txns[w.txn]) == statusAborted:
 				if !reportedAborted {
-					c.a.add("G1a", fmt.Sprintf("T%d read %q = %v: %d was appended by T%d, which did not commit",
-						reader, r.key, r.list, e, c.txns[w.txn].ID))
+					c.a.add("G1a", fmt.Sprintf("T%d read %q = %s: %d was appended by T%d, which did not commit",
+						reader, r.key, fmtList(r.list), e, c.txns[w.txn].ID))
 					reportedAborted = true
 				}
 			default:
@@ -230,8 +250,8 @@ func (c *listChecker) checkIntermediateReads() {
 			continue
 		}
 		if last, _ := c.lastAppend(w.txn, r.key); last != e {
-			c.a.add("G1b", fmt.Sprintf("T%d read %q = %v, ending in %d, but T%d appended %d after it",
-				c.txns[r.txn].ID, r.key, r.list, e, c.txns[w.txn].ID, last))
+			c.a.add("G1b", fmt.Sprintf("T%d read %q = %s, ending in %d, but T%d appended %d after it",
+				c.txns[r.txn].ID, r.key, fmtList(r.list), e, c.txns[w.txn].ID, last))
 		}
 	}
 }

@@ -315,3 +315,19 @@ func TestAnomaliesAreCapped(t *testing.T) {
 		t.Fatalf("summary line %q", last)
 	}
 }
+
+func TestFmtList(t *testing.T) {
+	for _, tc := range []struct {
+		list []int
+		want string
+	}{
+		{nil, "[]"},
+		{[]int{1, 2, 3}, "[1 2 3]"},
+		{[]int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, "[1 2 3 4 5 6 7 8 9 10]"},
+		{[]int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, "[1 2 3 ...2 more... 6 7 8 9 10 11]"},
+	} {
+		if got := fmtList(tc.list); got != tc.want {
+			t.Errorf("fmtList(%v) = %q, want %q", tc.list, got, tc.want)
+		}
+	}
+}
