@@ -22,9 +22,11 @@
 //     the protocol's outcomes (use errors.As); ErrInvalidArgument marks
 //     bad arguments; errors wrapping storage.ErrCorruption mark stored
 //     bytes that fail to decode; ErrInvariant marks stored data the
-//     conflict rules forbid. A function that returns an error has written
-//     nothing, except GC and GCLimited, whose deletions up to the error
-//     are all valid on their own.
+//     conflict rules forbid. A function that returns a protocol error or
+//     ErrInvalidArgument has written nothing, so the batch may go on. After
+//     other errors (storage, corruption) the caller should drop the batch;
+//     GC and GCLimited are the exception: every deletion they made before
+//     an error is valid on its own.
 //  5. Timestamps come from the timestamp oracle and are unique; 0 means
 //     "none" and is never the timestamp of a stored version or intent.
 //  6. Returned keys and values are copies owned by the caller, except the

@@ -25,8 +25,10 @@ func GC(rw storage.ReadWriter, start, end []byte, thresholdTs Timestamp) (versio
 // After GC, reads below thresholdTs may return wrong results: the caller
 // (the replica) must refuse them.
 //
-// Deleting versions one by one (not with a range deletion) is how the
-// engine learns which value-log bytes became garbage.
+// Versions are deleted one by one: the ones to drop are interleaved with
+// ones to keep, so a range deletion does not fit. The engine counts the
+// value-log bytes of each deleted version as garbage when the batch
+// commits.
 //
 // Invariant kept at every stopping point, so that a resumed GC and
 // concurrent readers at or above the threshold see the same data: a

@@ -69,9 +69,9 @@ func loadKeyState(r storage.Reader, k []byte) (st keyState, err error) {
 //   - a committed version with ts > txn.StartTs (ExistingTs set);
 //   - an intent of another transaction (Intent set).
 //
-// An intent of txn itself is replaced: the old one is deleted first, so
-// that the engine learns that its bytes became garbage (see DESIGN.md,
-// value log accounting), then the new one is written.
+// An intent of txn itself is replaced. (The engine counts the replaced
+// value's bytes as garbage when the batch commits: storage accounts every
+// Set that shadows a value, so no explicit Delete is needed.)
 func PutIntent(rw storage.ReadWriter, key, value []byte, isDelete bool, txn TxnMeta) error {
 	if txn.StartTs == 0 {
 		return invalidf("put intent %q: start_ts 0", key)
@@ -89,13 +89,7 @@ func PutIntent(rw storage.ReadWriter, key, value []byte, isDelete bool, txn TxnM
 	if st.newestTs > txn.StartTs {
 		return &WriteConflictError{Key: clone(key), ExistingTs: st.newestTs}
 	}
-	ik := IntentKey(key)
-	if st.intent != nil {
-		if err := rw.Delete(ik); err != nil {
-			return fmt.Errorf("mvcc: put intent %q: delete own intent: %w", key, err)
-		}
-	}
-	if err := rw.Set(ik, EncodeIntentValue(IntentValue{Txn: txn, Value: value, IsDelete: isDelete})); err != nil {
+	if err := rw.Set(IntentKey(key), EncodeIntentValue(IntentValue{Txn: txn, Value: value, IsDelete: isDelete})); err != nil {
 		return fmt.Errorf("mvcc: put intent %q: %w", key, err)
 	}
 	return nil
