@@ -1,0 +1,710 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/txnstatus"
+	"google.golang.org/grpc"
+)
+
+// fakeCluster is an in-process stand-in for a Canopy cluster: N gRPC
+// servers on loopback sharing one in-memory store under one mutex. It
+// implements the wire contract of canopy.proto closely enough for the
+// client: range descriptors, leaseholders and their errors, MVCC reads
+// and intents with the conflict rules of internal/mvcc, plain keys, the
+// oracle. There is no Raft: a node "has" a replica if the descriptor lists
+// it, and the leaseholder map says who serves.
+//
+// Simplification: a batch that fails part-way keeps the writes before the
+// failing request (the client sends conflicting writes one per batch).
+type fakeCluster struct {
+	t   testing.TB
+	enc txnstatus.Encoding
+
+	mu struct {
+		sync.Mutex
+		ranges      []*rpcpb.RangeDescriptor // sorted by start key
+		nextRangeID uint64
+		leaseholder map[uint64]uint64 // range ID -> node ID
+		hideHints   bool              // NOT_LEASEHOLDER without a hint
+		versions    map[string][]fakeVersion
+		intents     map[string]fakeIntent
+		plain       map[string][]byte
+		clock       uint64
+		settings    *rpcpb.ClusterSettings
+
+		// counters
+		tsCounts []uint32                    // count of each Timestamps RPC
+		batches  map[uint64]int              // per node
+		errs     map[rpcpb.ErrorCode]int     // errors returned by Batch and Timestamps
+		reqs     map[string]int              // requests evaluated, by type name
+		lookups  int                         // RangeLookup RPCs
+
+		// hooks, called without mu held.
+		beforeBatch func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse
+		afterBatch  func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse
+		tsGate      chan struct{} // Timestamps waits until it is closed
+	}
+	tsEntered chan struct{} // receives one value per Timestamps RPC entering the gate
+	nodes     []*fakeNode
+}
+
+type fakeVersion struct {
+	ts    uint64
+	value []byte
+	del   bool
+}
+
+type fakeIntent struct {
+	txn   *rpcpb.TxnMeta
+	value []byte
+	del   bool
+}
+
+type fakeNode struct {
+	rpcpb.UnimplementedKVServer
+	c    *fakeCluster
+	id   uint64
+	addr string
+	srv  *grpc.Server
+}
+
+// fakeNow is the wall-clock time of every test client: heartbeat records
+// are compared with it, so no test depends on the real clock.
+var fakeNow = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// newFakeCluster starts n nodes with the initial layout of keys.go: r1
+// meta+oracle, r2 heartbeats, r3 status, r4 user keys; every node holds a
+// replica of every range, node 1 leads all.
+func newFakeCluster(t testing.TB, n int) *fakeCluster {
+	enc, err := txnstatus.NewTickets(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &fakeCluster{t: t, enc: enc, tsEntered: make(chan struct{}, 1000)}
+	c.mu.leaseholder = map[uint64]uint64{}
+	c.mu.versions = map[string][]fakeVersion{}
+	c.mu.intents = map[string]fakeIntent{}
+	c.mu.plain = map[string][]byte{}
+	c.mu.batches = map[uint64]int{}
+	c.mu.errs = map[rpcpb.ErrorCode]int{}
+	c.mu.reqs = map[string]int{}
+	c.mu.clock = 100
+	c.mu.settings = &rpcpb.ClusterSettings{ClusterId: "fake", StatusEncoding: "tickets", ReplicationFactor: uint32(n)}
+	var reps []*rpcpb.ReplicaDescriptor
+	for i := 1; i <= n; i++ {
+		reps = append(reps, &rpcpb.ReplicaDescriptor{NodeId: uint64(i)})
+	}
+	bounds := [][]byte{keys.MinKey, keys.HeartbeatPrefix, keys.StatusPrefix, keys.UserPrefix, keys.MaxKey}
+	for i := 0; i+1 < len(bounds); i++ {
+		c.mu.nextRangeID++
+		c.mu.ranges = append(c.mu.ranges, &rpcpb.RangeDescriptor{RangeId: c.mu.nextRangeID,
+			StartKey: bounds[i], EndKey: bounds[i+1], Replicas: reps, Generation: 1})
+		c.mu.leaseholder[c.mu.nextRangeID] = 1
+	}
+	for i := 1; i <= n; i++ {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd := &fakeNode{c: c, id: uint64(i), addr: lis.Addr().String(), srv: grpc.NewServer(
+			grpc.MaxRecvMsgSize(messageBytesMax), grpc.MaxSendMsgSize(messageBytesMax))}
+		rpcpb.RegisterKVServer(nd.srv, nd)
+		go nd.srv.Serve(lis)
+		c.nodes = append(c.nodes, nd)
+	}
+	t.Cleanup(func() {
+		c.mu.Lock()
+		if c.mu.tsGate != nil {
+			select {
+			case <-c.mu.tsGate:
+			default:
+				close(c.mu.tsGate)
+			}
+		}
+		c.mu.Unlock()
+		for _, nd := range c.nodes {
+			nd.srv.Stop()
+		}
+	})
+	return c
+}
+
+func (c *fakeCluster) addrs() []string {
+	var out []string
+	for _, n := range c.nodes {
+		out = append(out, n.addr)
+	}
+	return out
+}
+
+// testOptions are fast, deterministic client options for the fake.
+func testOptions() Options {
+	return Options{
+		SendBackoffInitial: time.Millisecond, SendBackoffMax: 5 * time.Millisecond,
+		TxnBackoffInitial: time.Millisecond, TxnBackoffMax: 5 * time.Millisecond,
+		RPCTimeout:    10 * time.Second,
+		Clock:         func() time.Time { return fakeNow },
+		IntentWaitMax: 200 * time.Millisecond,
+	}
+}
+
+// open opens a client on c; mod adjusts the test options.
+func (c *fakeCluster) open(mod ...func(*Options)) *DB {
+	c.t.Helper()
+	o := testOptions()
+	for _, f := range mod {
+		f(&o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := Open(ctx, c.addrs(), WithOptions(o))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// ---------------------------------------------------------------- control
+
+func (c *fakeCluster) setLeaseholder(rangeID, node uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.leaseholder[rangeID] = node
+}
+
+func (c *fakeCluster) setAllLeaseholders(node uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range c.mu.leaseholder {
+		c.mu.leaseholder[id] = node
+	}
+}
+
+func (c *fakeCluster) setHideHints(b bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.hideHints = b
+}
+
+func (c *fakeCluster) setBeforeBatch(f func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.beforeBatch = f
+}
+
+func (c *fakeCluster) setAfterBatch(f func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.afterBatch = f
+}
+
+// gateTimestamps makes Timestamps RPCs block until the returned func runs.
+func (c *fakeCluster) gateTimestamps() (release func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := make(chan struct{})
+	c.mu.tsGate = g
+	var once sync.Once
+	return func() { once.Do(func() { close(g) }) }
+}
+
+func (c *fakeCluster) stopNode(id uint64) { c.nodes[id-1].srv.Stop() }
+
+// split splits the range containing k at k; it returns the new right range.
+func (c *fakeCluster) split(k []byte) *rpcpb.RangeDescriptor {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.splitLocked(k)
+}
+
+func (c *fakeCluster) splitLocked(k []byte) *rpcpb.RangeDescriptor {
+	i := c.rangeIndexLocked(k)
+	d := c.mu.ranges[i]
+	if bytes.Equal(d.StartKey, k) {
+		c.t.Fatalf("fake: split at existing boundary %q", k)
+	}
+	c.mu.nextRangeID++
+	left := &rpcpb.RangeDescriptor{RangeId: d.RangeId, StartKey: d.StartKey, EndKey: k, Replicas: d.Replicas, Generation: d.Generation + 1}
+	right := &rpcpb.RangeDescriptor{RangeId: c.mu.nextRangeID, StartKey: k, EndKey: d.EndKey, Replicas: d.Replicas, Generation: 1}
+	c.mu.leaseholder[right.RangeId] = c.mu.leaseholder[d.RangeId]
+	c.mu.ranges = append(c.mu.ranges[:i], append([]*rpcpb.RangeDescriptor{left, right}, c.mu.ranges[i+1:]...)...)
+	return right
+}
+
+func (c *fakeCluster) rangeIndexLocked(k []byte) int {
+	for i, d := range c.mu.ranges {
+		if keys.Contains(d.StartKey, d.EndKey, k) {
+			return i
+		}
+	}
+	c.t.Fatalf("fake: no range contains %q", k)
+	return -1
+}
+
+func (c *fakeCluster) rangeOf(k []byte) *rpcpb.RangeDescriptor {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.ranges[c.rangeIndexLocked(k)]
+}
+
+// putVersion stores a committed version directly.
+func (c *fakeCluster) putVersion(k []byte, ts uint64, v []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.addVersionLocked(string(k), fakeVersion{ts: ts, value: v})
+}
+
+// putIntent stores an intent of the transaction started at start.
+func (c *fakeCluster) putIntent(k []byte, start uint64, v []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.intents[string(k)] = fakeIntent{txn: &rpcpb.TxnMeta{StartTs: start, HeartbeatKey: keys.HeartbeatKey(start)}, value: v}
+}
+
+func (c *fakeCluster) setPlain(k, v []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.plain[string(k)] = v
+}
+
+func (c *fakeCluster) getPlain(k []byte) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.mu.plain[string(k)]
+	return v, ok
+}
+
+func (c *fakeCluster) intentCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.mu.intents)
+}
+
+func (c *fakeCluster) hasIntent(k []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.mu.intents[string(k)]
+	return ok
+}
+
+// heartbeatRecords counts heartbeat records.
+func (c *fakeCluster) heartbeatRecords() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for k := range c.mu.plain {
+		if bytes.HasPrefix([]byte(k), keys.HeartbeatPrefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// status decodes the status record of start.
+func (c *fakeCluster) status(start uint64) (found bool, commitTs uint64, aborted bool) {
+	v, ok := c.getPlain(keys.StatusKey(c.enc.Key(start)))
+	if !ok {
+		return false, 0, false
+	}
+	commitTs, aborted, err := c.enc.DecodeValue(start, v)
+	if err != nil {
+		c.t.Fatalf("fake: status of %d: %v", start, err)
+	}
+	return true, commitTs, aborted
+}
+
+func (c *fakeCluster) errCount(code rpcpb.ErrorCode) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.errs[code]
+}
+
+func (c *fakeCluster) batchCount(node uint64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.batches[node]
+}
+
+func (c *fakeCluster) reqCount(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.reqs[name]
+}
+
+func (c *fakeCluster) tsCounts() []uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]uint32(nil), c.mu.tsCounts...)
+}
+
+// ---------------------------------------------------------------- RPCs
+
+func (n *fakeNode) Batch(ctx context.Context, req *rpcpb.BatchRequest) (*rpcpb.BatchResponse, error) {
+	c := n.c
+	c.mu.Lock()
+	before, after := c.mu.beforeBatch, c.mu.afterBatch
+	c.mu.Unlock()
+	if before != nil {
+		if r := before(n.id, req); r != nil {
+			c.mu.Lock()
+			c.mu.errs[r.GetError().GetCode()]++
+			c.mu.Unlock()
+			return r, nil
+		}
+	}
+	c.mu.Lock()
+	c.mu.batches[n.id]++
+	resp := c.evalLocked(n.id, req)
+	if resp.Error != nil {
+		c.mu.errs[resp.Error.Code]++
+	}
+	c.mu.Unlock()
+	if after != nil {
+		if r := after(n.id, req, resp); r != nil {
+			c.mu.Lock()
+			c.mu.errs[r.GetError().GetCode()]++
+			c.mu.Unlock()
+			return r, nil
+		}
+	}
+	return resp, nil
+}
+
+func errResp(code rpcpb.ErrorCode, msg string) *rpcpb.BatchResponse {
+	return &rpcpb.BatchResponse{Error: &rpcpb.Error{Code: code, Message: msg}}
+}
+
+func (c *fakeCluster) rangeByIDLocked(id uint64) *rpcpb.RangeDescriptor {
+	for _, d := range c.mu.ranges {
+		if d.RangeId == id {
+			return d
+		}
+	}
+	return nil
+}
+
+// leaseErrLocked returns the error a node that is not the leaseholder of d
+// answers, or nil.
+func (c *fakeCluster) leaseErrLocked(node uint64, d *rpcpb.RangeDescriptor) *rpcpb.Error {
+	has := false
+	for _, r := range d.Replicas {
+		has = has || r.NodeId == node
+	}
+	if !has {
+		return &rpcpb.Error{Code: rpcpb.ErrorCode_RANGE_NOT_FOUND}
+	}
+	if lh := c.mu.leaseholder[d.RangeId]; lh != node {
+		e := &rpcpb.Error{Code: rpcpb.ErrorCode_NOT_LEASEHOLDER, Message: "fake: not leaseholder"}
+		if !c.mu.hideHints {
+			e.LeaseholderHint = lh
+			e.LeaseholderAddress = c.nodes[lh-1].addr
+		}
+		return e
+	}
+	return nil
+}
+
+func (c *fakeCluster) evalLocked(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+	d := c.rangeByIDLocked(req.RangeId)
+	if d == nil {
+		return errResp(rpcpb.ErrorCode_RANGE_NOT_FOUND, "fake: no such range")
+	}
+	if e := c.leaseErrLocked(node, d); e != nil {
+		return &rpcpb.BatchResponse{Error: e}
+	}
+	in := func(k []byte) bool { return keys.Contains(d.StartKey, d.EndKey, k) }
+	for _, r := range req.Requests {
+		ok := true
+		switch v := r.Value.(type) {
+		case *rpcpb.RequestUnion_Scan:
+			ok = in(v.Scan.Start) && bytes.Compare(v.Scan.End, d.EndKey) <= 0
+		case *rpcpb.RequestUnion_Refresh:
+			for _, sp := range v.Refresh.Spans {
+				ok = ok && in(sp.Start) && (len(sp.End) == 0 || bytes.Compare(sp.End, d.EndKey) <= 0)
+			}
+		default:
+			ok = in(requestKey(r))
+		}
+		if !ok {
+			return &rpcpb.BatchResponse{Error: &rpcpb.Error{Code: rpcpb.ErrorCode_RANGE_KEY_MISMATCH, Range: d, Message: "fake: key outside range"}}
+		}
+	}
+	out := &rpcpb.BatchResponse{}
+	for _, r := range req.Requests {
+		resp, e := c.evalOneLocked(r)
+		if e != nil {
+			return &rpcpb.BatchResponse{Error: e}
+		}
+		out.Responses = append(out.Responses, resp)
+	}
+	return out
+}
+
+func (c *fakeCluster) addVersionLocked(k string, v fakeVersion) {
+	vs := append(c.mu.versions[k], v)
+	sort.Slice(vs, func(i, j int) bool { return vs[i].ts < vs[j].ts })
+	c.mu.versions[k] = vs
+}
+
+// readLocked returns the newest version at or below ts (0: newest).
+func (c *fakeCluster) readLocked(k string, ts uint64) (fakeVersion, bool) {
+	vs := c.mu.versions[k]
+	for i := len(vs) - 1; i >= 0; i-- {
+		if ts == 0 || vs[i].ts <= ts {
+			return vs[i], !vs[i].del
+		}
+	}
+	return fakeVersion{}, false
+}
+
+func (c *fakeCluster) latestTsLocked(k string) uint64 {
+	vs := c.mu.versions[k]
+	if len(vs) == 0 {
+		return 0
+	}
+	return vs[len(vs)-1].ts
+}
+
+func intentOf(k string, in fakeIntent) *rpcpb.Intent {
+	return &rpcpb.Intent{Key: []byte(k), Txn: in.txn}
+}
+
+func (c *fakeCluster) evalOneLocked(r *rpcpb.RequestUnion) (*rpcpb.ResponseUnion, *rpcpb.Error) {
+	c.mu.reqs[typeName(r)]++
+	switch v := r.Value.(type) {
+	case *rpcpb.RequestUnion_Get:
+		g := v.Get
+		k := string(g.Key)
+		if in, ok := c.mu.intents[k]; ok {
+			if g.TxnStart != 0 && in.txn.StartTs == g.TxnStart {
+				return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_Get{Get: &rpcpb.GetResponse{Found: !in.del, Value: in.value}}}, nil
+			}
+			if g.Ts == 0 || in.txn.StartTs <= g.Ts {
+				return nil, &rpcpb.Error{Code: rpcpb.ErrorCode_INTENT_FOUND, Intents: []*rpcpb.Intent{intentOf(k, in)}}
+			}
+		}
+		ver, found := c.readLocked(k, g.Ts)
+		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_Get{Get: &rpcpb.GetResponse{Found: found, Value: ver.value, Ts: ver.ts}}}, nil
+	case *rpcpb.RequestUnion_Scan:
+		s := v.Scan
+		set := map[string]bool{}
+		for k := range c.mu.versions {
+			set[k] = true
+		}
+		for k := range c.mu.intents {
+			set[k] = true
+		}
+		var ks []string
+		for k := range set {
+			if keys.Contains(s.Start, s.End, []byte(k)) {
+				ks = append(ks, k)
+			}
+		}
+		sort.Strings(ks)
+		var intents []*rpcpb.Intent
+		resp := &rpcpb.ScanResponse{}
+		for _, k := range ks {
+			if in, ok := c.mu.intents[k]; ok {
+				if s.TxnStart != 0 && in.txn.StartTs == s.TxnStart {
+					if !in.del {
+						resp.Kvs = append(resp.Kvs, &rpcpb.KeyValue{Key: []byte(k), Value: in.value})
+					}
+					continue
+				}
+				if s.Ts == 0 || in.txn.StartTs <= s.Ts {
+					intents = append(intents, intentOf(k, in))
+					continue
+				}
+			}
+			if ver, found := c.readLocked(k, s.Ts); found {
+				resp.Kvs = append(resp.Kvs, &rpcpb.KeyValue{Key: []byte(k), Value: ver.value, Ts: ver.ts})
+			}
+		}
+		if len(intents) > 0 {
+			return nil, &rpcpb.Error{Code: rpcpb.ErrorCode_INTENT_FOUND, Intents: intents}
+		}
+		if s.Limit > 0 && len(resp.Kvs) > int(s.Limit) {
+			resp.Kvs = resp.Kvs[:s.Limit]
+		}
+		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_Scan{Scan: resp}}, nil
+	case *rpcpb.RequestUnion_PutIntent:
+		p := v.PutIntent
+		k := string(p.Key)
+		if ts := c.latestTsLocked(k); ts > p.Txn.StartTs {
+			return nil, &rpcpb.Error{Code: rpcpb.ErrorCode_WRITE_CONFLICT, ExistingTs: ts}
+		}
+		if in, ok := c.mu.intents[k]; ok && in.txn.StartTs != p.Txn.StartTs {
+			return nil, &rpcpb.Error{Code: rpcpb.ErrorCode_WRITE_CONFLICT, Intents: []*rpcpb.Intent{intentOf(k, in)}}
+		}
+		c.mu.intents[k] = fakeIntent{txn: p.Txn, value: p.Value, del: p.Delete}
+		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_PutIntent{PutIntent: &rpcpb.PutIntentResponse{}}}, nil
+	case *rpcpb.RequestUnion_ResolveIntent:
+		p := v.ResolveIntent
+		k := string(p.Key)
+		if in, ok := c.mu.intents[k]; ok && in.txn.StartTs == p.TxnStart {
+			if p.CommitTs != 0 {
+				c.addVersionLocked(k, fakeVersion{ts: p.CommitTs, value: in.value, del: in.del})
+			}
+			delete(c.mu.intents, k)
+		}
+		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_ResolveIntent{ResolveIntent: &rpcpb.ResolveIntentResponse{}}}, nil
+	case *rpcpb.RequestUnion_Put:
+		p := v.Put
+		k := string(p.Key)
+		if in, ok := c.mu.intents[k]; ok {
+			return nil, &rpcpb.Error{Code: rpcpb.ErrorCode_INTENT_FOUND, Intents: []*rpcpb.Intent{intentOf(k, in)}}
+		}
+		c.mu.clock++
+		c.addVersionLocked(k, fakeVersion{ts: c.mu.clock, value: p.Value, del: p.Delete})
+		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_Put{Put: &rpcpb.PutResponse{Ts: c.mu.clock}}}, nil
+	case *rpcpb.RequestUnion_Refresh:
+		p := v.Refresh
+		var intents []*rpcpb.Intent
+		for _, sp := range p.Spans {
+			match := func(k string) bool {
+				if len(sp.End) == 0 {
+					return k == string(sp.Start)
+				}
+				return keys.Contains(sp.Start, sp.End, []byte(k))
+			}
+			for k, vs := range c.mu.versions {
+				if !match(k) {
+					continue
+				}
+				for _, ver := range vs {
+					if ver.ts > p.FromTs && ver.ts <= p.ToTs {
+						return nil, &rpcpb.Error{Code: rpcpb.ErrorCode_READ_CONFLICT, ExistingTs: ver.ts, Message: "fake: version in refresh window"}
+					}
+				}
+			}
+			for k, in := range c.mu.intents {
+				if match(k) && in.txn.StartTs != p.TxnStart {
+					intents = append(intents, intentOf(k, in))
+				}
+			}
+		}
+		if len(intents) > 0 {
+			return nil, &rpcpb.Error{Code: rpcpb.ErrorCode_READ_CONFLICT, Intents: intents, Message: "fake: intents in refresh spans"}
+		}
+		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_Refresh{Refresh: &rpcpb.RefreshResponse{}}}, nil
+	case *rpcpb.RequestUnion_PlainGet:
+		val, ok := c.mu.plain[string(v.PlainGet.Key)]
+		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_PlainGet{PlainGet: &rpcpb.PlainGetResponse{Found: ok, Value: val}}}, nil
+	case *rpcpb.RequestUnion_PlainPutUnlessExists:
+		p := v.PlainPutUnlessExists
+		if ex, ok := c.mu.plain[string(p.Key)]; ok {
+			return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_PlainPutUnlessExists{PlainPutUnlessExists: &rpcpb.PlainPutUnlessExistsResponse{Existing: ex}}}, nil
+		}
+		c.mu.plain[string(p.Key)] = append([]byte{}, p.Value...)
+		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_PlainPutUnlessExists{PlainPutUnlessExists: &rpcpb.PlainPutUnlessExistsResponse{Succeeded: true}}}, nil
+	case *rpcpb.RequestUnion_PlainPut:
+		p := v.PlainPut
+		if p.Delete {
+			delete(c.mu.plain, string(p.Key))
+		} else {
+			c.mu.plain[string(p.Key)] = append([]byte{}, p.Value...)
+		}
+		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_PlainPut{PlainPut: &rpcpb.PlainPutResponse{}}}, nil
+	}
+	return nil, &rpcpb.Error{Code: rpcpb.ErrorCode_INVALID_ARGUMENT, Message: "fake: unknown request"}
+}
+
+func typeName(r *rpcpb.RequestUnion) string {
+	switch r.Value.(type) {
+	case *rpcpb.RequestUnion_Get:
+		return "Get"
+	case *rpcpb.RequestUnion_Scan:
+		return "Scan"
+	case *rpcpb.RequestUnion_PutIntent:
+		return "PutIntent"
+	case *rpcpb.RequestUnion_ResolveIntent:
+		return "ResolveIntent"
+	case *rpcpb.RequestUnion_Put:
+		return "Put"
+	case *rpcpb.RequestUnion_Refresh:
+		return "Refresh"
+	case *rpcpb.RequestUnion_PlainGet:
+		return "PlainGet"
+	case *rpcpb.RequestUnion_PlainPutUnlessExists:
+		return "PlainPutUnlessExists"
+	case *rpcpb.RequestUnion_PlainPut:
+		return "PlainPut"
+	}
+	return "?"
+}
+
+func (n *fakeNode) RangeLookup(ctx context.Context, req *rpcpb.RangeLookupRequest) (*rpcpb.RangeLookupResponse, error) {
+	c := n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.lookups++
+	d := c.mu.ranges[c.rangeIndexLocked(req.Key)]
+	lh := c.mu.leaseholder[d.RangeId]
+	if c.mu.hideHints {
+		lh = 0
+	}
+	return &rpcpb.RangeLookupResponse{Range: d, LeaseholderNodeId: lh, Nodes: c.nodeDescsLocked()}, nil
+}
+
+func (c *fakeCluster) nodeDescsLocked() []*rpcpb.NodeDescriptor {
+	var out []*rpcpb.NodeDescriptor
+	for _, nd := range c.nodes {
+		out = append(out, &rpcpb.NodeDescriptor{NodeId: nd.id, Address: nd.addr})
+	}
+	return out
+}
+
+func (n *fakeNode) Timestamps(ctx context.Context, req *rpcpb.TimestampRequest) (*rpcpb.TimestampResponse, error) {
+	c := n.c
+	c.mu.Lock()
+	gate := c.mu.tsGate
+	c.mu.Unlock()
+	if gate != nil {
+		c.tsEntered <- struct{}{}
+		<-gate
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := c.mu.ranges[c.rangeIndexLocked(keys.OracleBoundKey)]
+	if e := c.leaseErrLocked(n.id, d); e != nil {
+		c.mu.errs[e.Code]++
+		return &rpcpb.TimestampResponse{Error: e}, nil
+	}
+	c.mu.tsCounts = append(c.mu.tsCounts, req.Count)
+	first := c.mu.clock + 1
+	c.mu.clock += uint64(req.Count)
+	return &rpcpb.TimestampResponse{First: first, Count: req.Count}, nil
+}
+
+func (n *fakeNode) ClusterInfo(ctx context.Context, req *rpcpb.ClusterInfoRequest) (*rpcpb.ClusterInfoResponse, error) {
+	c := n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &rpcpb.ClusterInfoResponse{Settings: c.mu.settings, Nodes: c.nodeDescsLocked()}, nil
+}
+
+func (n *fakeNode) Split(ctx context.Context, req *rpcpb.SplitRequest) (*rpcpb.SplitResponse, error) {
+	c := n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := c.mu.ranges[c.rangeIndexLocked(req.SplitKey)]
+	if e := c.leaseErrLocked(n.id, d); e != nil {
+		return &rpcpb.SplitResponse{Error: e}, nil
+	}
+	right := c.splitLocked(req.SplitKey)
+	return &rpcpb.SplitResponse{Left: c.mu.ranges[c.rangeIndexLocked(d.StartKey)], Right: right}, nil
+}
+
+func (n *fakeNode) NodeStatus(ctx context.Context, req *rpcpb.NodeStatusRequest) (*rpcpb.NodeStatusResponse, error) {
+	return &rpcpb.NodeStatusResponse{NodeId: n.id, Address: n.addr, Bootstrapped: true}, nil
+}

@@ -1,0 +1,265 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+)
+
+func mustPut(t *testing.T, db *DB, k, v string) {
+	t.Helper()
+	if err := db.Put(context.Background(), []byte(k), []byte(v)); err != nil {
+		t.Fatalf("put %q: %v", k, err)
+	}
+}
+
+func mustGet(t *testing.T, db *DB, k string) string {
+	t.Helper()
+	v, ok, err := db.Get(context.Background(), []byte(k))
+	if err != nil {
+		t.Fatalf("get %q: %v", k, err)
+	}
+	if !ok {
+		return "<missing>"
+	}
+	return string(v)
+}
+
+// A lease that moved is found through the NOT_LEASEHOLDER hint, once: the
+// hint is cached for the next request.
+func TestRoutingFollowsLeaseholderHint(t *testing.T) {
+	c := newFakeCluster(t, 3)
+	db := c.open()
+	mustPut(t, db, "a", "1")
+	user := c.rangeOf(keys.UserKey([]byte("a")))
+	c.setLeaseholder(user.RangeId, 3)
+	if got := mustGet(t, db, "a"); got != "1" {
+		t.Fatalf("get = %q", got)
+	}
+	if got := c.errCount(rpcpb.ErrorCode_NOT_LEASEHOLDER); got != 1 {
+		t.Fatalf("NOT_LEASEHOLDER answers = %d, want 1", got)
+	}
+	before := c.batchCount(3)
+	mustPut(t, db, "b", "2")
+	if c.errCount(rpcpb.ErrorCode_NOT_LEASEHOLDER) != 1 || c.batchCount(3) != before+1 {
+		t.Fatalf("second request did not go straight to node 3")
+	}
+}
+
+// Without a hint, the client tries the other replicas.
+func TestRoutingWithoutHintTriesReplicas(t *testing.T) {
+	c := newFakeCluster(t, 3)
+	db := c.open()
+	mustPut(t, db, "a", "1")
+	c.setHideHints(true)
+	c.setAllLeaseholders(3)
+	if got := mustGet(t, db, "a"); got != "1" {
+		t.Fatalf("get = %q", got)
+	}
+	if c.errCount(rpcpb.ErrorCode_NOT_LEASEHOLDER) == 0 {
+		t.Fatal("expected NOT_LEASEHOLDER answers")
+	}
+}
+
+// A split makes the cached descriptor stale: RANGE_KEY_MISMATCH carries
+// the new one, and requests and scans follow.
+func TestRoutingAfterSplit(t *testing.T) {
+	c := newFakeCluster(t, 3)
+	db := c.open()
+	for ch := 'a'; ch <= 'z'; ch++ {
+		mustPut(t, db, string(ch), strings.ToUpper(string(ch)))
+	}
+	c.split(keys.UserKey([]byte("m")))
+	c.split(keys.UserKey([]byte("t")))
+	if got := mustGet(t, db, "x"); got != "X" {
+		t.Fatalf("get x = %q", got)
+	}
+	if c.errCount(rpcpb.ErrorCode_RANGE_KEY_MISMATCH) == 0 {
+		t.Fatal("expected RANGE_KEY_MISMATCH")
+	}
+	kvs, err := db.Scan(context.Background(), nil, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kvs) != 26 {
+		t.Fatalf("scan returned %d keys, want 26", len(kvs))
+	}
+	for i, kv := range kvs {
+		if want := string(rune('a' + i)); string(kv.Key) != want {
+			t.Fatalf("scan key %d = %q, want %q", i, kv.Key, want)
+		}
+	}
+	// A limit across ranges.
+	kvs, err = db.Scan(context.Background(), []byte("k"), []byte("v"), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, kv := range kvs {
+		got = append(got, string(kv.Key))
+	}
+	if strings.Join(got, "") != "klmno" {
+		t.Fatalf("limited scan = %v", got)
+	}
+}
+
+// A batch over keys of several ranges is split per range.
+func TestSendPointsSplitsPerRange(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	db := c.open()
+	c.split(keys.UserKey([]byte("m")))
+	var reqs []*rpcpb.RequestUnion
+	for _, k := range []string{"a", "z", "b", "y"} {
+		reqs = append(reqs, &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_Put{Put: &rpcpb.PutRequest{Key: keys.UserKey([]byte(k)), Value: []byte(k)}}})
+	}
+	before := c.batchCount(1)
+	if _, err := db.sender.sendPoints(context.Background(), true, reqs); err != nil {
+		t.Fatal(err)
+	}
+	// Two ranges: two batches (the stale cache may add one mismatch round).
+	if n := c.batchCount(1) - before; n < 2 || n > 3 {
+		t.Fatalf("batches = %d, want 2 (or 3 with a mismatch)", n)
+	}
+	for _, k := range []string{"a", "z", "b", "y"} {
+		if got := mustGet(t, db, k); got != k {
+			t.Fatalf("get %q = %q", k, got)
+		}
+	}
+}
+
+// A node that is down is skipped.
+func TestRoutingSkipsDeadNode(t *testing.T) {
+	c := newFakeCluster(t, 3)
+	db := c.open()
+	mustPut(t, db, "a", "1") // caches node 1 as leaseholder
+	c.setAllLeaseholders(2)
+	c.stopNode(1)
+	if got := mustGet(t, db, "a"); got != "1" {
+		t.Fatalf("get = %q", got)
+	}
+	if _, err := db.Timestamp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// UNAVAILABLE is retried with backoff.
+func TestRoutingRetriesUnavailable(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	db := c.open()
+	var n atomic.Int32
+	c.setBeforeBatch(func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+		if n.Add(1) <= 3 {
+			return errResp(rpcpb.ErrorCode_UNAVAILABLE, "no quorum")
+		}
+		return nil
+	})
+	mustPut(t, db, "a", "1")
+	if got := c.errCount(rpcpb.ErrorCode_UNAVAILABLE); got != 3 {
+		t.Fatalf("UNAVAILABLE answers = %d", got)
+	}
+}
+
+// Running out of attempts on a read gives ErrUnavailable.
+func TestRoutingGivesUpUnavailable(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	db := c.open(func(o *Options) { o.SendAttemptsMax = 3 })
+	c.setBeforeBatch(func(uint64, *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+		return errResp(rpcpb.ErrorCode_UNAVAILABLE, "no quorum")
+	})
+	_, _, err := db.Get(context.Background(), []byte("a"))
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrAmbiguous) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+}
+
+// A Put whose first attempt is AMBIGUOUS (it applied) is resent and
+// succeeds; if every attempt is ambiguous, the result is ErrAmbiguous.
+func TestAmbiguousPut(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	db := c.open(func(o *Options) { o.SendAttemptsMax = 4 })
+	var n atomic.Int32
+	always := atomic.Bool{}
+	c.setAfterBatch(func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse {
+		if _, ok := req.Requests[0].Value.(*rpcpb.RequestUnion_Put); ok && (n.Add(1) == 1 || always.Load()) {
+			return errResp(rpcpb.ErrorCode_AMBIGUOUS, "leader changed")
+		}
+		return nil
+	})
+	mustPut(t, db, "a", "1")
+	if got := mustGet(t, db, "a"); got != "1" {
+		t.Fatalf("get = %q", got)
+	}
+	always.Store(true)
+	err := db.Put(context.Background(), []byte("a"), []byte("2"))
+	if !errors.Is(err, ErrAmbiguous) {
+		t.Fatalf("err = %v, want ErrAmbiguous", err)
+	}
+	if db.Stats().Ambiguous != 1 {
+		t.Fatalf("stats = %+v", db.Stats())
+	}
+}
+
+// Server error codes map to typed errors.
+func TestServerErrorMapping(t *testing.T) {
+	for _, tc := range []struct {
+		code rpcpb.ErrorCode
+		want error
+	}{
+		{rpcpb.ErrorCode_INVALID_ARGUMENT, ErrInvalidArgument},
+		{rpcpb.ErrorCode_INTERNAL, ErrInternal},
+		{rpcpb.ErrorCode_WRITE_CONFLICT, ErrRetryable},
+	} {
+		t.Run(tc.code.String(), func(t *testing.T) {
+			c := newFakeCluster(t, 1)
+			db := c.open()
+			c.setBeforeBatch(func(uint64, *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+				return errResp(tc.code, "from the server")
+			})
+			err := db.Put(context.Background(), []byte("a"), []byte("1"))
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if !strings.Contains(err.Error(), "from the server") {
+				t.Fatalf("err %q lost the server's message", err)
+			}
+		})
+	}
+}
+
+func TestRangeCacheInsertEvicts(t *testing.T) {
+	rc := newRangeCache()
+	d := func(id uint64, s, e string, gen uint64) *rpcpb.RangeDescriptor {
+		return &rpcpb.RangeDescriptor{RangeId: id, StartKey: []byte(s), EndKey: []byte(e), Generation: gen}
+	}
+	rc.insert(d(1, "a", "z", 1), 0)
+	if e := rc.lookup([]byte("m")); e == nil || e.desc.RangeId != 1 {
+		t.Fatal("lookup m")
+	}
+	rc.insert(d(1, "a", "m", 2), 0)
+	rc.insert(d(2, "m", "z", 1), 0)
+	if rc.len() != 2 {
+		t.Fatalf("len = %d", rc.len())
+	}
+	if e := rc.lookup([]byte("n")); e == nil || e.desc.RangeId != 2 {
+		t.Fatal("lookup n")
+	}
+	// A stale lookup result (older generation of range 1) is ignored.
+	rc.insert(d(1, "a", "z", 1), 0)
+	if e := rc.lookup([]byte("n")); e == nil || e.desc.RangeId != 2 {
+		t.Fatal("stale insert replaced a newer descriptor")
+	}
+	if rc.lookup([]byte("z")) != nil || rc.lookup([]byte("0")) != nil {
+		t.Fatal("lookup outside cached ranges")
+	}
+	rc.evictKey([]byte("b"))
+	if rc.lookup([]byte("b")) != nil || rc.len() != 1 {
+		t.Fatal("evict")
+	}
+	_ = fmt.Sprint()
+}
