@@ -33,9 +33,11 @@ var (
 	MinKey = []byte{}
 	MaxKey = []byte{0xff}
 
-	MetaPrefix      = []byte{0x00, 'a'}
-	NodePrefix      = []byte{0x00, 'b', 'n'}
-	OracleBoundKey  = []byte{0x00, 'c'}
+	MetaPrefix     = []byte{0x00, 'a'}
+	NodePrefix     = []byte{0x00, 'b', 'n'}
+	OracleBoundKey = []byte{0x00, 'c'}
+	// MetaEnd bounds the meta records.
+	MetaEnd         = []byte{0x00, 'a' + 1}
 	HeartbeatPrefix = []byte{0x00, 'h'}
 	StatusPrefix    = []byte{0x00, 's'}
 	SystemEnd       = []byte{0x01}

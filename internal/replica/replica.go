@@ -13,6 +13,7 @@ import (
 	"github.com/canopy-db/canopy/internal/storage"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 )
 
 // Errors returned by Propose and Read.
@@ -30,12 +31,16 @@ var (
 
 // StateMachine is the range's deterministic state, kept in the engine.
 type StateMachine interface {
-	// Apply evaluates the command cmd of the entry at index into b and
-	// returns its result for the proposer. after, if not nil, runs once b
-	// is committed to the engine (side effects such as starting the right
-	// hand side of a split). Apply panics on an engine error: a replica
-	// that cannot apply its log must stop rather than diverge (I5).
-	Apply(b *storage.Batch, index uint64, cmd []byte) (result any, after func())
+	// Apply evaluates the command cmd of the entry at index and returns
+	// the batch holding its writes (nil if none), its result for the
+	// proposer, and a function to run once the batch is committed (side
+	// effects such as starting the right hand side of a split; may be
+	// nil). Each entry gets its own batch so that a command that fails
+	// leaves no partial writes: Apply discards its batch on failure.
+	// The replica adds the applied index to the batch and commits it.
+	// Apply panics on an engine error: a replica that cannot apply its
+	// log must stop rather than diverge (I5).
+	Apply(eng *storage.Engine, index uint64, cmd []byte) (b *storage.Batch, result any, after func())
 	// SnapshotData serialises the range's data as read from r.
 	SnapshotData(r storage.Reader) ([]byte, error)
 	// ApplySnapshot replaces the range's data with data, writing into b.
@@ -98,6 +103,10 @@ type Status struct {
 	Applied  uint64
 	// Truncated is the index of the last entry removed from the log.
 	Truncated uint64
+	// CaughtUp lists, on the leader, the followers whose log matches the
+	// leader's and that were recently active: safe targets for a
+	// leadership transfer.
+	CaughtUp []uint64
 }
 
 type proposal struct {
@@ -348,7 +357,16 @@ func (r *Replica) ReadIndex(ctx context.Context) error {
 
 func (r *Replica) publishStatus() {
 	bs := r.rn.BasicStatus()
+	var caughtUp []uint64
+	if bs.RaftState == raft.StateLeader {
+		r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+			if id != r.cfg.NodeID && pr.RecentActive && pr.Match == r.lastIndex {
+				caughtUp = append(caughtUp, id)
+			}
+		})
+	}
 	r.status.Store(&Status{
+		CaughtUp:  caughtUp,
 		RangeID:   r.cfg.RangeID,
 		Leader:    bs.Lead,
 		IsLeader:  bs.RaftState == raft.StateLeader,
@@ -540,68 +558,69 @@ func entryID(e raftpb.Entry) uint64 {
 }
 
 func (r *Replica) applyEntries(ents []raftpb.Entry) []func() {
-	if len(ents) == 0 {
-		return nil
-	}
-	b := r.cfg.Engine.NewBatch()
-	defer b.Close()
-	type delivery struct {
-		p   *proposal
-		res proposalResult
-	}
-	var deliveries []delivery
 	var after []func()
 	for _, e := range ents {
 		if e.Index <= r.applied {
 			continue
 		}
+		var b *storage.Batch
+		var res proposalResult
 		switch e.Type {
 		case raftpb.EntryNormal:
 			if len(e.Data) >= 8 {
-				result, a := r.cfg.SM.Apply(b, e.Index, e.Data[8:])
+				var a func()
+				b, res.result, a = r.cfg.SM.Apply(r.cfg.Engine, e.Index, e.Data[8:])
 				after = append(after, a)
-				id := entryID(e)
-				if p := r.byIndex[e.Index]; p != nil {
-					delete(r.byIndex, e.Index)
-					delete(r.proposals, p.id)
-					if p.id == id {
-						deliveries = append(deliveries, delivery{p, proposalResult{result: result}})
-					} else {
-						deliveries = append(deliveries, delivery{p, proposalResult{err: ErrProposalDropped}})
-					}
-				}
 			}
 		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
-			var cc raftpb.ConfChangeI
-			if e.Type == raftpb.EntryConfChange {
-				var c raftpb.ConfChange
-				if err := c.Unmarshal(e.Data); err != nil {
-					panic(err)
-				}
-				cc = c
-			} else {
-				var c raftpb.ConfChangeV2
-				if err := c.Unmarshal(e.Data); err != nil {
-					panic(err)
-				}
-				cc = c
-			}
-			r.confState = *r.rn.ApplyConfChange(cc)
-			cb, _ := r.confState.Marshal()
-			_ = b.Set(storage.RangeLocalKey(r.cfg.RangeID, storage.SuffixConfState), cb)
+			b = r.cfg.Engine.NewWriteBatch()
+			r.applyConfChange(b, e)
 		}
+		if b == nil {
+			b = r.cfg.Engine.NewWriteBatch()
+		}
+		// The applied index moves with the entry's writes. No sync: the
+		// entry is durable in the log, so a lost batch is re-applied at
+		// restart.
+		_ = b.Set(storage.RangeLocalKey(r.cfg.RangeID, storage.SuffixApplied), encodeIndexTerm(e.Index, e.Term))
+		if err := b.Commit(false); err != nil {
+			panic(fmt.Sprintf("replica r%d: applying entry %d: %v", r.cfg.RangeID, e.Index, err))
+		}
+		b.Close()
 		r.applied = e.Index
-	}
-	_ = b.Set(storage.RangeLocalKey(r.cfg.RangeID, storage.SuffixApplied), encodeIndexTerm(r.applied, 0))
-	// No sync: the entries are already durable in the log, and the applied
-	// index moves with the data, so a lost batch is re-applied on restart.
-	if err := b.Commit(false); err != nil {
-		panic(fmt.Sprintf("replica r%d: applying entries: %v", r.cfg.RangeID, err))
-	}
-	for _, d := range deliveries {
-		d.p.done <- d.res
+		if p := r.byIndex[e.Index]; p != nil {
+			delete(r.byIndex, e.Index)
+			delete(r.proposals, p.id)
+			if p.id != entryID(e) {
+				res = proposalResult{err: ErrProposalDropped}
+			}
+			p.done <- res
+		}
 	}
 	return after
+}
+
+func (r *Replica) applyConfChange(b *storage.Batch, e raftpb.Entry) {
+	var cc raftpb.ConfChangeI
+	if e.Type == raftpb.EntryConfChange {
+		var c raftpb.ConfChange
+		if err := c.Unmarshal(e.Data); err != nil {
+			panic(err)
+		}
+		cc = c
+	} else {
+		var c raftpb.ConfChangeV2
+		if err := c.Unmarshal(e.Data); err != nil {
+			panic(err)
+		}
+		cc = c
+	}
+	r.confState = *r.rn.ApplyConfChange(cc)
+	cb, err := r.confState.Marshal()
+	if err != nil {
+		panic(err)
+	}
+	_ = b.Set(storage.RangeLocalKey(r.cfg.RangeID, storage.SuffixConfState), cb)
 }
 
 func (r *Replica) serveReads() {

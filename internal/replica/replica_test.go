@@ -17,12 +17,13 @@ import (
 // under storage.PrefixData.
 type kvSM struct{}
 
-func (kvSM) Apply(b *storage.Batch, index uint64, cmd []byte) (any, func()) {
+func (kvSM) Apply(eng *storage.Engine, index uint64, cmd []byte) (*storage.Batch, any, func()) {
+	b := eng.NewWriteBatch()
 	i := bytes.IndexByte(cmd, '=')
 	if err := b.Set(storage.DataKey(cmd[:i]), cmd[i+1:]); err != nil {
 		panic(err)
 	}
-	return index, nil
+	return b, index, nil
 }
 
 func (kvSM) SnapshotData(r storage.Reader) ([]byte, error) {

@@ -3215,6 +3215,395 @@ func (x *PingResponse) GetBootstrapped() bool {
 	return false
 }
 
+// ProposeRequest asks the leaseholder of range_id to replicate command
+// (used between nodes for meta updates and the oracle).
+type ProposeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RangeId       uint64                 `protobuf:"varint,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	Command       *RaftCommand           `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposeRequest) Reset() {
+	*x = ProposeRequest{}
+	mi := &file_canopy_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposeRequest) ProtoMessage() {}
+
+func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
+func (*ProposeRequest) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ProposeRequest) GetRangeId() uint64 {
+	if x != nil {
+		return x.RangeId
+	}
+	return 0
+}
+
+func (x *ProposeRequest) GetCommand() *RaftCommand {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+type ProposeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposeResponse) Reset() {
+	*x = ProposeResponse{}
+	mi := &file_canopy_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposeResponse) ProtoMessage() {}
+
+func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
+func (*ProposeResponse) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ProposeResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- Raft commands
+//
+// RaftCommand is the payload of a Raft entry. It is evaluated when applied,
+// identically on every replica, so it carries everything evaluation needs
+// (no clock, no node-local state). Exactly one field is set.
+type RaftCommand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Write requests of one BatchRequest.
+	Batch *BatchRequest `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
+	// write_ts is the timestamp of the batch's PutRequests, assigned by the
+	// leaseholder from the oracle after latching their keys.
+	WriteTs       uint64               `protobuf:"varint,2,opt,name=write_ts,json=writeTs,proto3" json:"write_ts,omitempty"`
+	Split         *SplitCommand        `protobuf:"bytes,3,opt,name=split,proto3" json:"split,omitempty"`
+	MetaUpdate    *MetaUpdateCommand   `protobuf:"bytes,4,opt,name=meta_update,json=metaUpdate,proto3" json:"meta_update,omitempty"`
+	AllocRangeId  *AllocRangeIDCommand `protobuf:"bytes,5,opt,name=alloc_range_id,json=allocRangeId,proto3" json:"alloc_range_id,omitempty"`
+	CasBound      *CASBoundCommand     `protobuf:"bytes,6,opt,name=cas_bound,json=casBound,proto3" json:"cas_bound,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftCommand) Reset() {
+	*x = RaftCommand{}
+	mi := &file_canopy_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftCommand) ProtoMessage() {}
+
+func (x *RaftCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
+func (*RaftCommand) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *RaftCommand) GetBatch() *BatchRequest {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+func (x *RaftCommand) GetWriteTs() uint64 {
+	if x != nil {
+		return x.WriteTs
+	}
+	return 0
+}
+
+func (x *RaftCommand) GetSplit() *SplitCommand {
+	if x != nil {
+		return x.Split
+	}
+	return nil
+}
+
+func (x *RaftCommand) GetMetaUpdate() *MetaUpdateCommand {
+	if x != nil {
+		return x.MetaUpdate
+	}
+	return nil
+}
+
+func (x *RaftCommand) GetAllocRangeId() *AllocRangeIDCommand {
+	if x != nil {
+		return x.AllocRangeId
+	}
+	return nil
+}
+
+func (x *RaftCommand) GetCasBound() *CASBoundCommand {
+	if x != nil {
+		return x.CasBound
+	}
+	return nil
+}
+
+// SplitCommand splits the range at split_key; the right hand side becomes
+// range new_range_id with the same replicas.
+type SplitCommand struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	SplitKey           []byte                 `protobuf:"bytes,1,opt,name=split_key,json=splitKey,proto3" json:"split_key,omitempty"`
+	NewRangeId         uint64                 `protobuf:"varint,2,opt,name=new_range_id,json=newRangeId,proto3" json:"new_range_id,omitempty"`
+	ExpectedGeneration uint64                 `protobuf:"varint,3,opt,name=expected_generation,json=expectedGeneration,proto3" json:"expected_generation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *SplitCommand) Reset() {
+	*x = SplitCommand{}
+	mi := &file_canopy_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SplitCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SplitCommand) ProtoMessage() {}
+
+func (x *SplitCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SplitCommand.ProtoReflect.Descriptor instead.
+func (*SplitCommand) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *SplitCommand) GetSplitKey() []byte {
+	if x != nil {
+		return x.SplitKey
+	}
+	return nil
+}
+
+func (x *SplitCommand) GetNewRangeId() uint64 {
+	if x != nil {
+		return x.NewRangeId
+	}
+	return 0
+}
+
+func (x *SplitCommand) GetExpectedGeneration() uint64 {
+	if x != nil {
+		return x.ExpectedGeneration
+	}
+	return 0
+}
+
+// MetaUpdateCommand writes a range's meta record unless the stored record
+// has a higher generation (so a stale leader never undoes a split).
+type MetaUpdateCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Range         *RangeDescriptor       `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaUpdateCommand) Reset() {
+	*x = MetaUpdateCommand{}
+	mi := &file_canopy_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaUpdateCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaUpdateCommand) ProtoMessage() {}
+
+func (x *MetaUpdateCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaUpdateCommand.ProtoReflect.Descriptor instead.
+func (*MetaUpdateCommand) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *MetaUpdateCommand) GetRange() *RangeDescriptor {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+// AllocRangeIDCommand allocates a new range ID (range 1 only).
+type AllocRangeIDCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocRangeIDCommand) Reset() {
+	*x = AllocRangeIDCommand{}
+	mi := &file_canopy_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocRangeIDCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocRangeIDCommand) ProtoMessage() {}
+
+func (x *AllocRangeIDCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocRangeIDCommand.ProtoReflect.Descriptor instead.
+func (*AllocRangeIDCommand) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{56}
+}
+
+// CASBoundCommand sets the oracle's upper bound to new_bound if it equals
+// expected (range 1 only).
+type CASBoundCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Expected      uint64                 `protobuf:"varint,1,opt,name=expected,proto3" json:"expected,omitempty"`
+	NewBound      uint64                 `protobuf:"varint,2,opt,name=new_bound,json=newBound,proto3" json:"new_bound,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CASBoundCommand) Reset() {
+	*x = CASBoundCommand{}
+	mi := &file_canopy_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CASBoundCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CASBoundCommand) ProtoMessage() {}
+
+func (x *CASBoundCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CASBoundCommand.ProtoReflect.Descriptor instead.
+func (*CASBoundCommand) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *CASBoundCommand) GetExpected() uint64 {
+	if x != nil {
+		return x.Expected
+	}
+	return 0
+}
+
+func (x *CASBoundCommand) GetNewBound() uint64 {
+	if x != nil {
+		return x.NewBound
+	}
+	return 0
+}
+
 var File_canopy_proto protoreflect.FileDescriptor
 
 const file_canopy_proto_rawDesc = "" +
@@ -3414,7 +3803,31 @@ const file_canopy_proto_rawDesc = "" +
 	"\vPingRequest\"K\n" +
 	"\fPingResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\"\n" +
-	"\fbootstrapped\x18\x02 \x01(\bR\fbootstrapped*\xe8\x01\n" +
+	"\fbootstrapped\x18\x02 \x01(\bR\fbootstrapped\"Z\n" +
+	"\x0eProposeRequest\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\x04R\arangeId\x12-\n" +
+	"\acommand\x18\x02 \x01(\v2\x13.canopy.RaftCommandR\acommand\"6\n" +
+	"\x0fProposeResponse\x12#\n" +
+	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\"\xb5\x02\n" +
+	"\vRaftCommand\x12*\n" +
+	"\x05batch\x18\x01 \x01(\v2\x14.canopy.BatchRequestR\x05batch\x12\x19\n" +
+	"\bwrite_ts\x18\x02 \x01(\x04R\awriteTs\x12*\n" +
+	"\x05split\x18\x03 \x01(\v2\x14.canopy.SplitCommandR\x05split\x12:\n" +
+	"\vmeta_update\x18\x04 \x01(\v2\x19.canopy.MetaUpdateCommandR\n" +
+	"metaUpdate\x12A\n" +
+	"\x0ealloc_range_id\x18\x05 \x01(\v2\x1b.canopy.AllocRangeIDCommandR\fallocRangeId\x124\n" +
+	"\tcas_bound\x18\x06 \x01(\v2\x17.canopy.CASBoundCommandR\bcasBound\"~\n" +
+	"\fSplitCommand\x12\x1b\n" +
+	"\tsplit_key\x18\x01 \x01(\fR\bsplitKey\x12 \n" +
+	"\fnew_range_id\x18\x02 \x01(\x04R\n" +
+	"newRangeId\x12/\n" +
+	"\x13expected_generation\x18\x03 \x01(\x04R\x12expectedGeneration\"B\n" +
+	"\x11MetaUpdateCommand\x12-\n" +
+	"\x05range\x18\x01 \x01(\v2\x17.canopy.RangeDescriptorR\x05range\"\x15\n" +
+	"\x13AllocRangeIDCommand\"J\n" +
+	"\x0fCASBoundCommand\x12\x1a\n" +
+	"\bexpected\x18\x01 \x01(\x04R\bexpected\x12\x1b\n" +
+	"\tnew_bound\x18\x02 \x01(\x04R\bnewBound*\xe8\x01\n" +
 	"\tErrorCode\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x13\n" +
 	"\x0fNOT_LEASEHOLDER\x10\x01\x12\x13\n" +
@@ -3438,9 +3851,10 @@ const file_canopy_proto_rawDesc = "" +
 	"\x05Split\x12\x14.canopy.SplitRequest\x1a\x15.canopy.SplitResponse\x12C\n" +
 	"\n" +
 	"NodeStatus\x12\x19.canopy.NodeStatusRequest\x1a\x1a.canopy.NodeStatusResponse\x12@\n" +
-	"\tBootstrap\x12\x18.canopy.BootstrapRequest\x1a\x19.canopy.BootstrapResponse2\xb4\x01\n" +
+	"\tBootstrap\x12\x18.canopy.BootstrapRequest\x1a\x19.canopy.BootstrapResponse2\xf0\x01\n" +
 	"\bInternal\x12B\n" +
-	"\x04Raft\x12\x18.canopy.RaftMessageBatch\x1a .canopy.RaftMessageBatchResponse\x121\n" +
+	"\x04Raft\x12\x18.canopy.RaftMessageBatch\x1a .canopy.RaftMessageBatchResponse\x12:\n" +
+	"\aPropose\x12\x16.canopy.ProposeRequest\x1a\x17.canopy.ProposeResponse\x121\n" +
 	"\x04Join\x12\x13.canopy.JoinRequest\x1a\x14.canopy.JoinResponse\x121\n" +
 	"\x04Ping\x12\x13.canopy.PingRequest\x1a\x14.canopy.PingResponseB0Z.github.com/canopy-db/canopy/internal/rpc/rpcpbb\x06proto3"
 
@@ -3457,7 +3871,7 @@ func file_canopy_proto_rawDescGZIP() []byte {
 }
 
 var file_canopy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_canopy_proto_goTypes = []any{
 	(ErrorCode)(0),                       // 0: canopy.ErrorCode
 	(*ReplicaDescriptor)(nil),            // 1: canopy.ReplicaDescriptor
@@ -3511,6 +3925,13 @@ var file_canopy_proto_goTypes = []any{
 	(*JoinResponse)(nil),                 // 49: canopy.JoinResponse
 	(*PingRequest)(nil),                  // 50: canopy.PingRequest
 	(*PingResponse)(nil),                 // 51: canopy.PingResponse
+	(*ProposeRequest)(nil),               // 52: canopy.ProposeRequest
+	(*ProposeResponse)(nil),              // 53: canopy.ProposeResponse
+	(*RaftCommand)(nil),                  // 54: canopy.RaftCommand
+	(*SplitCommand)(nil),                 // 55: canopy.SplitCommand
+	(*MetaUpdateCommand)(nil),            // 56: canopy.MetaUpdateCommand
+	(*AllocRangeIDCommand)(nil),          // 57: canopy.AllocRangeIDCommand
+	(*CASBoundCommand)(nil),              // 58: canopy.CASBoundCommand
 }
 var file_canopy_proto_depIdxs = []int32{
 	1,  // 0: canopy.RangeDescriptor.replicas:type_name -> canopy.ReplicaDescriptor
@@ -3563,31 +3984,41 @@ var file_canopy_proto_depIdxs = []int32{
 	2,  // 47: canopy.JoinRequest.ranges:type_name -> canopy.RangeDescriptor
 	7,  // 48: canopy.JoinRequest.initial_data:type_name -> canopy.KeyValue
 	4,  // 49: canopy.JoinResponse.error:type_name -> canopy.Error
-	29, // 50: canopy.KV.Batch:input_type -> canopy.BatchRequest
-	31, // 51: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
-	33, // 52: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
-	36, // 53: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
-	40, // 54: canopy.KV.Split:input_type -> canopy.SplitRequest
-	43, // 55: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
-	38, // 56: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
-	46, // 57: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
-	48, // 58: canopy.Internal.Join:input_type -> canopy.JoinRequest
-	50, // 59: canopy.Internal.Ping:input_type -> canopy.PingRequest
-	30, // 60: canopy.KV.Batch:output_type -> canopy.BatchResponse
-	32, // 61: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
-	34, // 62: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
-	37, // 63: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
-	41, // 64: canopy.KV.Split:output_type -> canopy.SplitResponse
-	44, // 65: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
-	39, // 66: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
-	47, // 67: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
-	49, // 68: canopy.Internal.Join:output_type -> canopy.JoinResponse
-	51, // 69: canopy.Internal.Ping:output_type -> canopy.PingResponse
-	60, // [60:70] is the sub-list for method output_type
-	50, // [50:60] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	54, // 50: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
+	4,  // 51: canopy.ProposeResponse.error:type_name -> canopy.Error
+	29, // 52: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
+	55, // 53: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
+	56, // 54: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
+	57, // 55: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
+	58, // 56: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
+	2,  // 57: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
+	29, // 58: canopy.KV.Batch:input_type -> canopy.BatchRequest
+	31, // 59: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
+	33, // 60: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
+	36, // 61: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
+	40, // 62: canopy.KV.Split:input_type -> canopy.SplitRequest
+	43, // 63: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
+	38, // 64: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
+	46, // 65: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
+	52, // 66: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
+	48, // 67: canopy.Internal.Join:input_type -> canopy.JoinRequest
+	50, // 68: canopy.Internal.Ping:input_type -> canopy.PingRequest
+	30, // 69: canopy.KV.Batch:output_type -> canopy.BatchResponse
+	32, // 70: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
+	34, // 71: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
+	37, // 72: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
+	41, // 73: canopy.KV.Split:output_type -> canopy.SplitResponse
+	44, // 74: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
+	39, // 75: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
+	47, // 76: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
+	53, // 77: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
+	49, // 78: canopy.Internal.Join:output_type -> canopy.JoinResponse
+	51, // 79: canopy.Internal.Ping:output_type -> canopy.PingResponse
+	69, // [69:80] is the sub-list for method output_type
+	58, // [58:69] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_canopy_proto_init() }
@@ -3623,7 +4054,7 @@ func file_canopy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_canopy_proto_rawDesc), len(file_canopy_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   51,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

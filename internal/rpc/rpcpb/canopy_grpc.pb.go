@@ -355,9 +355,10 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Internal_Raft_FullMethodName = "/canopy.Internal/Raft"
-	Internal_Join_FullMethodName = "/canopy.Internal/Join"
-	Internal_Ping_FullMethodName = "/canopy.Internal/Ping"
+	Internal_Raft_FullMethodName    = "/canopy.Internal/Raft"
+	Internal_Propose_FullMethodName = "/canopy.Internal/Propose"
+	Internal_Join_FullMethodName    = "/canopy.Internal/Join"
+	Internal_Ping_FullMethodName    = "/canopy.Internal/Ping"
 )
 
 // InternalClient is the client API for Internal service.
@@ -365,6 +366,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type InternalClient interface {
 	Raft(ctx context.Context, in *RaftMessageBatch, opts ...grpc.CallOption) (*RaftMessageBatchResponse, error)
+	Propose(ctx context.Context, in *ProposeRequest, opts ...grpc.CallOption) (*ProposeResponse, error)
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
 }
@@ -381,6 +383,16 @@ func (c *internalClient) Raft(ctx context.Context, in *RaftMessageBatch, opts ..
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RaftMessageBatchResponse)
 	err := c.cc.Invoke(ctx, Internal_Raft_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *internalClient) Propose(ctx context.Context, in *ProposeRequest, opts ...grpc.CallOption) (*ProposeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProposeResponse)
+	err := c.cc.Invoke(ctx, Internal_Propose_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -412,6 +424,7 @@ func (c *internalClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc
 // for forward compatibility.
 type InternalServer interface {
 	Raft(context.Context, *RaftMessageBatch) (*RaftMessageBatchResponse, error)
+	Propose(context.Context, *ProposeRequest) (*ProposeResponse, error)
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
 	mustEmbedUnimplementedInternalServer()
@@ -426,6 +439,9 @@ type UnimplementedInternalServer struct{}
 
 func (UnimplementedInternalServer) Raft(context.Context, *RaftMessageBatch) (*RaftMessageBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Raft not implemented")
+}
+func (UnimplementedInternalServer) Propose(context.Context, *ProposeRequest) (*ProposeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Propose not implemented")
 }
 func (UnimplementedInternalServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Join not implemented")
@@ -468,6 +484,24 @@ func _Internal_Raft_Handler(srv interface{}, ctx context.Context, dec func(inter
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(InternalServer).Raft(ctx, req.(*RaftMessageBatch))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Internal_Propose_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProposeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InternalServer).Propose(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Internal_Propose_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InternalServer).Propose(ctx, req.(*ProposeRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -518,6 +552,10 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Raft",
 			Handler:    _Internal_Raft_Handler,
+		},
+		{
+			MethodName: "Propose",
+			Handler:    _Internal_Propose_Handler,
 		},
 		{
 			MethodName: "Join",

@@ -1,0 +1,205 @@
+package kvserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/mvcc"
+	"github.com/canopy-db/canopy/internal/replica"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Bootstrap defaults.
+const (
+	DefaultReplicationFactor = 3
+	// StatusRanges is how many ranges the status table is pre-split into.
+	StatusRanges = 4
+	// InitialRangesMax bounds --initial-ranges.
+	InitialRangesMax           = 256
+	DefaultPartitioningQuantum = 25_000_000
+	DefaultRowsPerQuantum      = 16
+)
+
+// InitialLayout returns the ranges of a new cluster: the system ranges and
+// userRanges ranges over the user keyspace, replicated on rf of the nodes.
+func InitialLayout(nodeIDs []uint64, rf int, userRanges int) []*rpcpb.RangeDescriptor {
+	var bounds [][]byte
+	bounds = append(bounds, keys.MinKey, keys.HeartbeatPrefix, keys.StatusPrefix)
+	bounds = append(bounds, keys.StatusSplitKeys(StatusRanges)...)
+	bounds = append(bounds, keys.UserPrefix)
+	bounds = append(bounds, keys.UserSplitKeys(userRanges)...)
+	bounds = append(bounds, keys.MaxKey)
+	var out []*rpcpb.RangeDescriptor
+	for i := 0; i+1 < len(bounds); i++ {
+		id := uint64(i + 1)
+		d := &rpcpb.RangeDescriptor{RangeId: id, StartKey: bounds[i], EndKey: bounds[i+1]}
+		for j := 0; j < rf && j < len(nodeIDs); j++ {
+			d.Replicas = append(d.Replicas, &rpcpb.ReplicaDescriptor{NodeId: nodeIDs[(int(id)-1+j)%len(nodeIDs)]})
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpcpb.ClusterSettings, *rpcpb.Error) {
+	n.bootstrapMu.Lock()
+	defer n.bootstrapMu.Unlock()
+	if n.bootstrapped() {
+		return n.settings(), pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "the cluster is already initialized")
+	}
+	if req.InitialRanges == 0 {
+		req.InitialRanges = 1
+	}
+	if req.InitialRanges > InitialRangesMax {
+		return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "initial ranges %d exceeds InitialRangesMax (%d)", req.InitialRanges, InitialRangesMax)
+	}
+	addrs := []string{n.cfg.AdvertiseAddr}
+	for _, a := range n.cfg.Join {
+		if a != n.cfg.AdvertiseAddr && a != n.cfg.ListenAddr && a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	for _, a := range addrs[1:] {
+		c, err := n.conn(a)
+		if err != nil {
+			return nil, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "dialing %s: %v", a, err)
+		}
+		resp, err := rpcpb.NewInternalClient(c).Ping(ctx, &rpcpb.PingRequest{})
+		if err != nil {
+			return nil, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "node %s is not reachable: %v", a, err)
+		}
+		if resp.Bootstrapped {
+			return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "node %s already belongs to a cluster", a)
+		}
+	}
+	settings := proto.Clone(req.GetSettings()).(*rpcpb.ClusterSettings)
+	if settings == nil {
+		settings = &rpcpb.ClusterSettings{}
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	settings.ClusterId = hex.EncodeToString(id[:])
+	if settings.StatusEncoding == "" {
+		settings.StatusEncoding = "tickets"
+	}
+	if settings.StatusEncoding != "tickets" && settings.StatusEncoding != "v1" {
+		return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "status encoding %q is not one of tickets, v1", settings.StatusEncoding)
+	}
+	if settings.TicketsPartitioningQuantum == 0 {
+		settings.TicketsPartitioningQuantum = DefaultPartitioningQuantum
+	}
+	if settings.TicketsRowsPerQuantum == 0 {
+		settings.TicketsRowsPerQuantum = DefaultRowsPerQuantum
+	}
+	if settings.ReplicationFactor == 0 {
+		settings.ReplicationFactor = DefaultReplicationFactor
+	}
+	if int(settings.ReplicationFactor) > len(addrs) {
+		settings.ReplicationFactor = uint32(len(addrs))
+	}
+	var nodes []*rpcpb.NodeDescriptor
+	var ids []uint64
+	for i, a := range addrs {
+		nodes = append(nodes, &rpcpb.NodeDescriptor{NodeId: uint64(i + 1), Address: a})
+		ids = append(ids, uint64(i+1))
+	}
+	ranges := InitialLayout(ids, int(settings.ReplicationFactor), int(req.InitialRanges))
+	var data []*rpcpb.KeyValue
+	for _, d := range ranges {
+		v, _ := proto.Marshal(d)
+		data = append(data, &rpcpb.KeyValue{Key: keys.MetaKey(d.EndKey), Value: v})
+	}
+	for _, nd := range nodes {
+		data = append(data, &rpcpb.KeyValue{Key: keys.NodeKey(nd.NodeId), Value: []byte(nd.Address)})
+	}
+	// Peers first, this node last: a failure leaves this node free to retry.
+	for i := len(nodes) - 1; i >= 0; i-- {
+		j := &rpcpb.JoinRequest{NodeId: nodes[i].NodeId, Nodes: nodes, Settings: settings, Ranges: ranges, InitialData: data}
+		if i == 0 {
+			if e := n.join(j); e != nil {
+				return nil, e
+			}
+			continue
+		}
+		c, err := n.conn(nodes[i].Address)
+		if err != nil {
+			return nil, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "%v", err)
+		}
+		resp, err := rpcpb.NewInternalClient(c).Join(ctx, j)
+		if err != nil {
+			return nil, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "joining %s: %v", nodes[i].Address, err)
+		}
+		if resp.Error != nil {
+			return nil, resp.Error
+		}
+	}
+	return settings, nil
+}
+
+// join makes this node a member: it persists its identity and creates
+// its replicas of the initial ranges.
+func (n *Node) join(req *rpcpb.JoinRequest) *rpcpb.Error {
+	if n.bootstrapped() {
+		if s := n.settings(); s != nil && s.ClusterId == req.Settings.GetClusterId() && n.NodeID() == req.NodeId {
+			return nil
+		}
+		return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "node already belongs to cluster %s", n.settings().GetClusterId())
+	}
+	b := n.eng.NewBatch()
+	defer b.Close()
+	var mine []*rpcpb.RangeDescriptor
+	for _, d := range req.Ranges {
+		member := false
+		for _, r := range d.Replicas {
+			member = member || r.NodeId == req.NodeId
+		}
+		if !member {
+			continue
+		}
+		mine = append(mine, d)
+		if err := writeDesc(b, d); err != nil {
+			return pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)
+		}
+		if err := replica.WriteInitialState(b, d.RangeId, voters(d), raftpb.HardState{}); err != nil {
+			return pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)
+		}
+		if err := b.Set(registryKey(d.RangeId), nil); err != nil {
+			return pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)
+		}
+		for _, kv := range req.InitialData {
+			if containsKey(d, kv.Key) {
+				if err := mvcc.PutPlain(b, kv.Key, kv.Value); err != nil {
+					return pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)
+				}
+			}
+		}
+	}
+	ident, err := proto.Marshal(req)
+	if err != nil {
+		return pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)
+	}
+	if err := b.Set(nodeIdentKey, ident); err != nil {
+		return pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)
+	}
+	if err := b.Commit(true); err != nil {
+		return pbErr(rpcpb.ErrorCode_INTERNAL, "persisting membership: %v", err)
+	}
+	n.setIdent(req)
+	for _, d := range mine {
+		rr, err := n.newReplica(d.RangeId, d)
+		if err != nil {
+			return pbErr(rpcpb.ErrorCode_INTERNAL, "starting range r%d: %v", d.RangeId, err)
+		}
+		if preferredLeader(d) == req.NodeId {
+			rr.r.Campaign()
+		}
+	}
+	return nil
+}
+
+var _ = fmt.Sprintf

@@ -1,0 +1,113 @@
+package kvserver_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/testcluster"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+type rawClient struct {
+	t     *testing.T
+	conns map[string]rpcpb.KVClient
+	addrs []string
+}
+
+func newRaw(t *testing.T, addrs []string) *rawClient {
+	rc := &rawClient{t: t, conns: map[string]rpcpb.KVClient{}, addrs: addrs}
+	for _, a := range addrs {
+		c, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		rc.conns[a] = rpcpb.NewKVClient(c)
+	}
+	return rc
+}
+
+// send routes one batch for key to its leaseholder, following hints.
+func (rc *rawClient) send(key []byte, reqs ...*rpcpb.RequestUnion) *rpcpb.BatchResponse {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	addr := rc.addrs[0]
+	for attempt := 0; attempt < 200; attempt++ {
+		lk, err := rc.conns[addr].RangeLookup(ctx, &rpcpb.RangeLookupRequest{Key: key})
+		if err != nil || lk.Error != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		target := addr
+		for _, n := range lk.Nodes {
+			if n.NodeId == lk.LeaseholderNodeId {
+				target = n.Address
+			}
+		}
+		resp, err := rc.conns[target].Batch(ctx, &rpcpb.BatchRequest{RangeId: lk.Range.RangeId, Requests: reqs})
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if e := resp.Error; e != nil {
+			switch e.Code {
+			case rpcpb.ErrorCode_NOT_LEASEHOLDER, rpcpb.ErrorCode_RANGE_KEY_MISMATCH, rpcpb.ErrorCode_RANGE_NOT_FOUND, rpcpb.ErrorCode_UNAVAILABLE:
+				if e.LeaseholderAddress != "" {
+					addr = e.LeaseholderAddress
+				}
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+		}
+		return resp
+	}
+	rc.t.Fatalf("no answer for key %q", key)
+	return nil
+}
+
+func put(k, v string) *rpcpb.RequestUnion {
+	return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_Put{Put: &rpcpb.PutRequest{Key: keys.UserKey([]byte(k)), Value: []byte(v)}}}
+}
+
+func get(k string) *rpcpb.RequestUnion {
+	return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_Get{Get: &rpcpb.GetRequest{Key: keys.UserKey([]byte(k))}}}
+}
+
+func TestClusterPutGetSplit(t *testing.T) {
+	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc := newRaw(t, c.Addrs())
+	for _, k := range []string{"a", "m", "z"} {
+		resp := rc.send(keys.UserKey([]byte(k)), put(k, "v-"+k))
+		if resp.Error != nil {
+			t.Fatalf("put %s: %v", k, resp.Error)
+		}
+	}
+	resp := rc.send(keys.UserKey([]byte("m")), get("m"))
+	if resp.Error != nil || string(resp.Responses[0].GetGet().Value) != "v-m" {
+		t.Fatalf("get m: %v", resp)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sr, err := rc.conns[c.Addrs()[1]].Split(ctx, &rpcpb.SplitRequest{SplitKey: keys.UserKey([]byte("m"))})
+	if err != nil || sr.Error != nil {
+		t.Fatalf("split: %v %v", err, sr.GetError())
+	}
+	for _, k := range []string{"a", "m", "z"} {
+		resp := rc.send(keys.UserKey([]byte(k)), get(k))
+		if resp.Error != nil || string(resp.Responses[0].GetGet().Value) != "v-"+k {
+			t.Fatalf("get %s after split: %v", k, resp)
+		}
+	}
+	lk, err := rc.conns[c.Addrs()[2]].RangeLookup(ctx, &rpcpb.RangeLookupRequest{Key: keys.UserKey([]byte("z"))})
+	if err != nil || lk.Error != nil || string(lk.Range.StartKey) != string(keys.UserKey([]byte("m"))) {
+		t.Fatalf("lookup after split: %v %v", err, lk)
+	}
+}

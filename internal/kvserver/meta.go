@@ -1,0 +1,137 @@
+package kvserver
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/mvcc"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// MetaHintsMax bounds how many leaseholder hints a meta read or write
+// follows.
+const MetaHintsMax = 5
+
+// lookupMeta returns the descriptor of the range containing key, read from
+// range 1 at its leaseholder (here or on another node).
+func (n *Node) lookupMeta(ctx context.Context, key []byte) (*rpcpb.RangeDescriptor, *rpcpb.Error) {
+	if bytes.Compare(key, keys.MaxKey) >= 0 {
+		return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "key %q is beyond the keyspace", key)
+	}
+	target := n.r1Leader()
+	var last *rpcpb.Error
+	for i := 0; i < MetaHintsMax; i++ {
+		if target == 0 || target == n.NodeID() {
+			d, e := n.lookupMetaLocal(ctx, key)
+			if e == nil {
+				return d, nil
+			}
+			last = e
+			if e.Code != rpcpb.ErrorCode_NOT_LEASEHOLDER || e.LeaseholderHint == 0 || e.LeaseholderHint == n.NodeID() {
+				return nil, e
+			}
+			target = e.LeaseholderHint
+			continue
+		}
+		cl, err := n.kvClient(target)
+		if err != nil {
+			return nil, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "%v", err)
+		}
+		resp, err := cl.RangeLookup(ctx, &rpcpb.RangeLookupRequest{Key: key})
+		if err != nil {
+			return nil, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "meta lookup on n%d: %v", target, err)
+		}
+		if resp.Error == nil {
+			return resp.Range, nil
+		}
+		last = resp.Error
+		if resp.Error.Code != rpcpb.ErrorCode_NOT_LEASEHOLDER || resp.Error.LeaseholderHint == 0 {
+			return nil, resp.Error
+		}
+		target = resp.Error.LeaseholderHint
+	}
+	return nil, last
+}
+
+func (n *Node) r1Leader() uint64 {
+	if rr := n.replica(OracleRangeID); rr != nil {
+		return rr.r.Status().Leader
+	}
+	return 0
+}
+
+func (n *Node) lookupMetaLocal(ctx context.Context, key []byte) (*rpcpb.RangeDescriptor, *rpcpb.Error) {
+	rr := n.replica(OracleRangeID)
+	if rr == nil {
+		return nil, pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "node n%d has no replica of range 1 (meta)", n.NodeID())
+	}
+	if !rr.r.Status().IsLeader {
+		return nil, n.notLeaseholder(rr)
+	}
+	if err := rr.r.ReadIndex(ctx); err != nil {
+		return nil, n.proposeErr(rr, err)
+	}
+	kvs, _, err := mvcc.ScanPlain(n.eng, keys.MetaLookupKey(key), keys.MetaEnd, 1)
+	if err != nil {
+		return nil, pbErr(rpcpb.ErrorCode_INTERNAL, "meta scan: %v", err)
+	}
+	if len(kvs) == 0 {
+		return nil, pbErr(rpcpb.ErrorCode_INTERNAL, "no meta record covers key %q", key)
+	}
+	d := &rpcpb.RangeDescriptor{}
+	if err := proto.Unmarshal(kvs[0].Value, d); err != nil {
+		return nil, pbErr(rpcpb.ErrorCode_INTERNAL, "meta record: %v", err)
+	}
+	return d, nil
+}
+
+// ensureMeta writes d's meta record if it differs from d.
+func (n *Node) ensureMeta(ctx context.Context, d *rpcpb.RangeDescriptor) error {
+	cur, e := n.lookupMeta(ctx, d.StartKey)
+	if e == nil && proto.Equal(cur, d) {
+		return nil
+	}
+	if e == nil && cur.RangeId != d.RangeId && cur.Generation > d.Generation {
+		return nil // our descriptor is stale; a newer leader will fix meta
+	}
+	return n.proposeRemote(ctx, OracleRangeID, &rpcpb.RaftCommand{MetaUpdate: &rpcpb.MetaUpdateCommand{Range: d}})
+}
+
+// proposeRemote replicates cmd on rangeID at its leaseholder.
+func (n *Node) proposeRemote(ctx context.Context, rangeID uint64, cmd *rpcpb.RaftCommand) error {
+	target := uint64(0)
+	if rr := n.replica(rangeID); rr != nil {
+		target = rr.r.Status().Leader
+	}
+	if target == 0 {
+		target = n.NodeID()
+	}
+	var last error
+	for i := 0; i < MetaHintsMax; i++ {
+		cl, err := n.internalClient(target)
+		if err != nil {
+			return err
+		}
+		resp, err := cl.Propose(ctx, &rpcpb.ProposeRequest{RangeId: rangeID, Command: cmd})
+		if err != nil {
+			return err
+		}
+		if resp.Error == nil {
+			return nil
+		}
+		last = errorf(resp.Error)
+		if resp.Error.Code != rpcpb.ErrorCode_NOT_LEASEHOLDER || resp.Error.LeaseholderHint == 0 {
+			return last
+		}
+		target = resp.Error.LeaseholderHint
+	}
+	return last
+}
+
+type wireError struct{ e *rpcpb.Error }
+
+func (w wireError) Error() string { return w.e.Code.String() + ": " + w.e.Message }
+
+func errorf(e *rpcpb.Error) error { return wireError{e} }

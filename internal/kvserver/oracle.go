@@ -1,0 +1,153 @@
+package kvserver
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/mvcc"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/tso"
+)
+
+// OracleRangeID is the range holding the oracle's bound; its leaseholder
+// hosts the oracle.
+const OracleRangeID = 1
+
+// OracleBatchMax is the most timestamps one Timestamps request may ask for.
+const OracleBatchMax = 65536
+
+// OracleHintsMax bounds how many leaseholder hints a node follows to reach
+// the oracle for a Put's timestamp.
+const OracleHintsMax = 5
+
+// oraclePersister keeps the oracle's bound in range 1 (tso.Persister).
+type oraclePersister struct{ n *Node }
+
+func (p *oraclePersister) r1() (*rangeReplica, error) {
+	rr := p.n.replica(OracleRangeID)
+	if rr == nil || !rr.r.Status().IsLeader {
+		return nil, errors.New("kvserver: not the leaseholder of range 1")
+	}
+	return rr, nil
+}
+
+// CASBound implements tso.Persister.
+func (p *oraclePersister) CASBound(ctx context.Context, expected, new uint64) (uint64, bool, error) {
+	rr, err := p.r1()
+	if err != nil {
+		return 0, false, err
+	}
+	res, e := p.n.propose(ctx, rr, &rpcpb.RaftCommand{CasBound: &rpcpb.CASBoundCommand{Expected: expected, NewBound: new}})
+	if e != nil {
+		return 0, false, fmt.Errorf("kvserver: persisting oracle bound: %s", e.Message)
+	}
+	switch r := res.(type) {
+	case casResult:
+		return r.current, r.ok, nil
+	case *rpcpb.BatchResponse:
+		return 0, false, fmt.Errorf("kvserver: persisting oracle bound: %s", r.Error.GetMessage())
+	}
+	return 0, false, fmt.Errorf("kvserver: unexpected result %T", res)
+}
+
+// LoadBound implements tso.Persister.
+func (p *oraclePersister) LoadBound(ctx context.Context) (uint64, error) {
+	rr, err := p.r1()
+	if err != nil {
+		return 0, err
+	}
+	if err := rr.r.ReadIndex(ctx); err != nil {
+		return 0, err
+	}
+	v, found, err := mvcc.GetPlain(p.n.eng, keys.OracleBoundKey)
+	if err != nil || !found {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("kvserver: oracle bound of %d bytes", len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// checkOracleLeadership resets the oracle whenever this node gains or
+// loses the leadership of range 1.
+func (n *Node) checkOracleLeadership() {
+	rr := n.replica(OracleRangeID)
+	lead := rr != nil && rr.r.Status().IsLeader
+	n.mu.Lock()
+	changed := lead != n.mu.oracleLeader
+	n.mu.oracleLeader = lead
+	n.mu.Unlock()
+	if changed {
+		n.oracle.Reset()
+	}
+}
+
+// allocateLocal hands out count timestamps if this node leads range 1.
+// After allocating, it confirms leadership with a quorum (ReadIndex): a
+// deposed leader, whose window may overlap a newer leader's, thus never
+// returns timestamps after the newer leader has started (I4).
+func (n *Node) allocateLocal(ctx context.Context, count uint32) (uint64, *rpcpb.Error) {
+	rr := n.replica(OracleRangeID)
+	if rr == nil {
+		e := pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "node n%d has no replica of range 1 (the oracle)", n.NodeID())
+		return 0, e
+	}
+	if !rr.r.Status().IsLeader {
+		return 0, n.notLeaseholder(rr)
+	}
+	n.checkOracleLeadership()
+	first, err := n.oracle.Allocate(ctx, count)
+	if err != nil {
+		return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle: %v", err)
+	}
+	if err := rr.r.ReadIndex(ctx); err != nil {
+		return 0, n.proposeErr(rr, err)
+	}
+	return first, nil
+}
+
+// timestamp returns one timestamp from the oracle, wherever it runs.
+func (n *Node) timestamp(ctx context.Context) (uint64, *rpcpb.Error) {
+	target := uint64(0)
+	if rr := n.replica(OracleRangeID); rr != nil {
+		target = rr.r.Status().Leader
+	}
+	var last *rpcpb.Error
+	for i := 0; i < OracleHintsMax; i++ {
+		if target == 0 || target == n.NodeID() {
+			ts, e := n.allocateLocal(ctx, 1)
+			if e == nil {
+				return ts, nil
+			}
+			last = e
+			if e.Code != rpcpb.ErrorCode_NOT_LEASEHOLDER || e.LeaseholderHint == 0 || e.LeaseholderHint == n.NodeID() {
+				return 0, e
+			}
+			target = e.LeaseholderHint
+			continue
+		}
+		cl, err := n.kvClient(target)
+		if err != nil {
+			return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle: %v", err)
+		}
+		resp, err := cl.Timestamps(ctx, &rpcpb.TimestampRequest{Count: 1})
+		if err != nil {
+			return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle on n%d: %v", target, err)
+		}
+		if resp.Error == nil {
+			return resp.First, nil
+		}
+		last = resp.Error
+		if resp.Error.Code != rpcpb.ErrorCode_NOT_LEASEHOLDER || resp.Error.LeaseholderHint == 0 {
+			return 0, resp.Error
+		}
+		target = resp.Error.LeaseholderHint
+	}
+	return 0, last
+}
+
+var _ = tso.New

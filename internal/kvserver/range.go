@@ -1,0 +1,292 @@
+package kvserver
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/mvcc"
+	"github.com/canopy-db/canopy/internal/replica"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/storage"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// rangeReplica is a replica with its state machine and latches.
+type rangeReplica struct {
+	r       *replica.Replica
+	sm      *rangeSM
+	latches latchSet
+}
+
+// rangeSM is the state machine of one range on this node. It implements
+// replica.StateMachine.
+type rangeSM struct {
+	n       *Node
+	rangeID uint64
+	mu      struct {
+		sync.RWMutex
+		desc *rpcpb.RangeDescriptor // nil while uninitialized
+	}
+}
+
+// Desc returns the range's current descriptor (nil if uninitialized). The
+// returned value must not be modified.
+func (s *rangeSM) Desc() *rpcpb.RangeDescriptor {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.mu.desc
+}
+
+func (s *rangeSM) setDesc(d *rpcpb.RangeDescriptor) {
+	s.mu.Lock()
+	s.mu.desc = d
+	s.mu.Unlock()
+}
+
+func containsKey(d *rpcpb.RangeDescriptor, k []byte) bool {
+	return d != nil && keys.Contains(d.StartKey, d.EndKey, k)
+}
+
+// containsSpan reports whether [start, end) lies in d (end empty: just start).
+func containsSpan(d *rpcpb.RangeDescriptor, start, end []byte) bool {
+	if !containsKey(d, start) {
+		return false
+	}
+	return len(end) == 0 || bytes.Compare(end, d.EndKey) <= 0
+}
+
+func writeDesc(w storage.Writer, d *rpcpb.RangeDescriptor) error {
+	b, err := proto.Marshal(d)
+	if err != nil {
+		return err
+	}
+	return w.Set(storage.RangeLocalKey(d.RangeId, storage.SuffixDescriptor), b)
+}
+
+func loadDesc(r storage.Reader, rangeID uint64) (*rpcpb.RangeDescriptor, error) {
+	v, err := r.Get(storage.RangeLocalKey(rangeID, storage.SuffixDescriptor))
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	d := &rpcpb.RangeDescriptor{}
+	if err := proto.Unmarshal(v, d); err != nil {
+		return nil, fmt.Errorf("kvserver: descriptor of r%d: %v: %w", rangeID, err, storage.ErrCorruption)
+	}
+	return d, nil
+}
+
+func voters(d *rpcpb.RangeDescriptor) []uint64 {
+	out := make([]uint64, 0, len(d.Replicas))
+	for _, r := range d.Replicas {
+		out = append(out, r.NodeId)
+	}
+	return out
+}
+
+// Apply implements replica.StateMachine.
+func (s *rangeSM) Apply(eng *storage.Engine, index uint64, data []byte) (*storage.Batch, any, func()) {
+	var c rpcpb.RaftCommand
+	if err := proto.Unmarshal(data, &c); err != nil {
+		panic(fmt.Sprintf("r%d: undecodable Raft command at index %d: %v", s.rangeID, index, err))
+	}
+	desc := s.Desc()
+	b := eng.NewBatch()
+	fail := func(e *rpcpb.Error) (*storage.Batch, any, func()) {
+		b.Close()
+		return nil, &rpcpb.BatchResponse{Error: e}, nil
+	}
+	switch {
+	case c.Batch != nil:
+		resp := evalWrite(b, desc, c.Batch, c.WriteTs)
+		if resp.Error != nil {
+			return fail(resp.Error)
+		}
+		return b, resp, nil
+	case c.Split != nil:
+		return s.applySplit(b, desc, c.Split)
+	case c.MetaUpdate != nil:
+		d := c.MetaUpdate.Range
+		key := keys.MetaKey(d.EndKey)
+		if !containsKey(desc, key) {
+			return fail(pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "meta key outside r%d", s.rangeID))
+		}
+		old, found, err := mvcc.GetPlain(b, key)
+		if err != nil {
+			panic(err)
+		}
+		if found {
+			var od rpcpb.RangeDescriptor
+			if err := proto.Unmarshal(old, &od); err == nil && od.Generation > d.Generation {
+				return fail(pbErr(rpcpb.ErrorCode_WRITE_CONFLICT, "meta record of generation %d is newer", od.Generation))
+			}
+		}
+		v, _ := proto.Marshal(d)
+		if err := mvcc.PutPlain(b, key, v); err != nil {
+			panic(err)
+		}
+		return b, &rpcpb.BatchResponse{}, nil
+	case c.CasBound != nil:
+		if !containsKey(desc, keys.OracleBoundKey) {
+			return fail(pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "oracle bound outside r%d", s.rangeID))
+		}
+		cur, found, err := mvcc.GetPlain(b, keys.OracleBoundKey)
+		if err != nil {
+			panic(err)
+		}
+		var current uint64
+		if found && len(cur) == 8 {
+			current = binary.BigEndian.Uint64(cur)
+		}
+		if current != c.CasBound.Expected {
+			b.Close()
+			return nil, casResult{current: current, ok: false}, nil
+		}
+		if err := mvcc.PutPlain(b, keys.OracleBoundKey, binary.BigEndian.AppendUint64(nil, c.CasBound.NewBound)); err != nil {
+			panic(err)
+		}
+		return b, casResult{current: c.CasBound.NewBound, ok: true}, nil
+	}
+	return fail(pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "empty Raft command"))
+}
+
+type casResult struct {
+	current uint64
+	ok      bool
+}
+
+type splitResult struct {
+	left, right *rpcpb.RangeDescriptor
+}
+
+func (s *rangeSM) applySplit(b *storage.Batch, desc *rpcpb.RangeDescriptor, sc *rpcpb.SplitCommand) (*storage.Batch, any, func()) {
+	fail := func(e *rpcpb.Error) (*storage.Batch, any, func()) {
+		b.Close()
+		return nil, &rpcpb.BatchResponse{Error: e}, nil
+	}
+	if desc == nil || desc.Generation != sc.ExpectedGeneration {
+		return fail(pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "r%d changed before the split applied", s.rangeID))
+	}
+	if bytes.Compare(sc.SplitKey, desc.StartKey) <= 0 || bytes.Compare(sc.SplitKey, desc.EndKey) >= 0 {
+		return fail(pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "split key %q is not inside r%d [%q, %q)", sc.SplitKey, s.rangeID, desc.StartKey, desc.EndKey))
+	}
+	left := proto.Clone(desc).(*rpcpb.RangeDescriptor)
+	left.EndKey = append([]byte(nil), sc.SplitKey...)
+	left.Generation++
+	right := proto.Clone(desc).(*rpcpb.RangeDescriptor)
+	right.RangeId = sc.NewRangeId
+	right.StartKey = append([]byte(nil), sc.SplitKey...)
+	right.Generation = left.Generation
+	if err := writeDesc(b, left); err != nil {
+		panic(err)
+	}
+	if err := writeDesc(b, right); err != nil {
+		panic(err)
+	}
+	// An uninitialized replica of the right hand side may already exist
+	// here (created by its peers' messages) and may have voted: keep its
+	// HardState so that no vote is cast twice in one term.
+	var hard raftpb.HardState
+	if v, err := b.Get(storage.RangeLocalKey(right.RangeId, storage.SuffixHardState)); err == nil {
+		_ = hard.Unmarshal(v)
+	}
+	hard.Commit = 0
+	if err := replica.WriteInitialState(b, right.RangeId, voters(right), hard); err != nil {
+		panic(err)
+	}
+	if err := b.Set(registryKey(right.RangeId), nil); err != nil {
+		panic(err)
+	}
+	after := func() {
+		s.setDesc(left)
+		s.n.startRange(right)
+	}
+	return b, splitResult{left: left, right: right}, after
+}
+
+// Snapshot data: uvarint length + descriptor, then (uvarint length + key,
+// uvarint length + value) for every physical data key of the range.
+
+// SnapshotData implements replica.StateMachine.
+func (s *rangeSM) SnapshotData(r storage.Reader) ([]byte, error) {
+	desc := s.Desc()
+	if desc == nil {
+		return nil, errors.New("uninitialized replica cannot make a snapshot")
+	}
+	db, err := proto.Marshal(desc)
+	if err != nil {
+		return nil, err
+	}
+	out := binary.AppendUvarint(nil, uint64(len(db)))
+	out = append(out, db...)
+	err = mvcc.IterateSpan(r, desc.StartKey, desc.EndKey, func(k, v []byte) error {
+		out = binary.AppendUvarint(out, uint64(len(k)))
+		out = append(out, k...)
+		out = binary.AppendUvarint(out, uint64(len(v)))
+		out = append(out, v...)
+		return nil
+	})
+	return out, err
+}
+
+func nextChunk(data []byte) (chunk, rest []byte, err error) {
+	n, w := binary.Uvarint(data)
+	if w <= 0 || uint64(len(data)-w) < n {
+		return nil, nil, fmt.Errorf("kvserver: truncated snapshot: %w", storage.ErrCorruption)
+	}
+	return data[w : w+int(n)], data[w+int(n):], nil
+}
+
+func snapshotDesc(data []byte) (*rpcpb.RangeDescriptor, []byte, error) {
+	db, rest, err := nextChunk(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	d := &rpcpb.RangeDescriptor{}
+	if err := proto.Unmarshal(db, d); err != nil {
+		return nil, nil, fmt.Errorf("kvserver: snapshot descriptor: %v: %w", err, storage.ErrCorruption)
+	}
+	return d, rest, nil
+}
+
+// ApplySnapshot implements replica.StateMachine.
+func (s *rangeSM) ApplySnapshot(b *storage.Batch, data []byte) (func(), error) {
+	desc, rest, err := snapshotDesc(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := mvcc.ClearSpan(b, desc.StartKey, desc.EndKey); err != nil {
+		return nil, err
+	}
+	for len(rest) > 0 {
+		var k, v []byte
+		if k, rest, err = nextChunk(rest); err != nil {
+			return nil, err
+		}
+		if v, rest, err = nextChunk(rest); err != nil {
+			return nil, err
+		}
+		if err := b.Set(k, v); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeDesc(b, desc); err != nil {
+		return nil, err
+	}
+	if err := b.Set(registryKey(desc.RangeId), nil); err != nil {
+		return nil, err
+	}
+	return func() { s.setDesc(desc) }, nil
+}
+
+// registryKey marks, in node-local space, that this node holds rangeID.
+func registryKey(rangeID uint64) []byte {
+	return binary.BigEndian.AppendUint64(storage.NodeLocalKey("range/"), rangeID)
+}

@@ -1,0 +1,299 @@
+package kvserver
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"google.golang.org/protobuf/proto"
+)
+
+type kvService struct {
+	rpcpb.UnimplementedKVServer
+	n *Node
+}
+
+type internalService struct {
+	rpcpb.UnimplementedInternalServer
+	n *Node
+}
+
+// Batch implements rpcpb.KVServer.
+func (s *kvService) Batch(ctx context.Context, req *rpcpb.BatchRequest) (*rpcpb.BatchResponse, error) {
+	return s.n.batch(ctx, req), nil
+}
+
+func (n *Node) batch(ctx context.Context, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+	fail := func(e *rpcpb.Error) *rpcpb.BatchResponse { return &rpcpb.BatchResponse{Error: e} }
+	if !n.bootstrapped() {
+		return fail(pbErr(rpcpb.ErrorCode_NOT_BOOTSTRAPPED, "node is not part of a cluster yet: run canopy init"))
+	}
+	if e := validateBatch(req); e != nil {
+		return fail(e)
+	}
+	rr := n.replica(req.RangeId)
+	if rr == nil || rr.sm.Desc() == nil {
+		return fail(pbErr(rpcpb.ErrorCode_RANGE_NOT_FOUND, "node n%d has no replica of range r%d", n.NodeID(), req.RangeId))
+	}
+	if !rr.r.Status().IsLeader {
+		return fail(n.notLeaseholder(rr))
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	if isWrite(req.Requests[0]) {
+		return n.write(ctx, rr, req)
+	}
+	return n.read(ctx, rr, req)
+}
+
+// validateBatch enforces the limits of keys.go and batch homogeneity.
+func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
+	if len(req.Requests) == 0 {
+		return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "empty batch")
+	}
+	if size := proto.Size(req); size > keys.RequestBytesMax {
+		return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "request of %d bytes exceeds RequestBytesMax (%d bytes)", size, keys.RequestBytesMax)
+	}
+	w := isWrite(req.Requests[0])
+	keyMax := keys.KeyBytesMax + 64 // user keys plus the prefixes of system keys
+	for _, ru := range req.Requests {
+		if ru.Value == nil {
+			return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "empty request in batch")
+		}
+		if isWrite(ru) != w {
+			return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "a batch must be all reads or all writes")
+		}
+		var key, value []byte
+		switch r := ru.Value.(type) {
+		case *rpcpb.RequestUnion_Get:
+			key = r.Get.Key
+		case *rpcpb.RequestUnion_Scan:
+			key = r.Scan.Start
+		case *rpcpb.RequestUnion_PutIntent:
+			key, value = r.PutIntent.Key, r.PutIntent.Value
+			if r.PutIntent.Txn.GetStartTs() == 0 {
+				return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "PutIntent without a transaction start timestamp")
+			}
+		case *rpcpb.RequestUnion_ResolveIntent:
+			key = r.ResolveIntent.Key
+		case *rpcpb.RequestUnion_Put:
+			key, value = r.Put.Key, r.Put.Value
+		case *rpcpb.RequestUnion_PlainGet:
+			key = r.PlainGet.Key
+		case *rpcpb.RequestUnion_PlainPut:
+			key, value = r.PlainPut.Key, r.PlainPut.Value
+		case *rpcpb.RequestUnion_PlainPutUnlessExists:
+			key, value = r.PlainPutUnlessExists.Key, r.PlainPutUnlessExists.Value
+		case *rpcpb.RequestUnion_Refresh:
+			for _, sp := range r.Refresh.Spans {
+				if len(sp.Start) > keyMax {
+					return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "key of %d bytes exceeds KeyBytesMax (%d bytes)", len(sp.Start), keys.KeyBytesMax)
+				}
+			}
+			continue
+		}
+		if len(key) == 0 {
+			return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "empty key")
+		}
+		if len(key) > keyMax {
+			return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "key of %d bytes exceeds KeyBytesMax (%d bytes)", len(key), keys.KeyBytesMax)
+		}
+		if len(value) > keys.ValueBytesMax {
+			return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "value of %d bytes exceeds ValueBytesMax (%d bytes)", len(value), keys.ValueBytesMax)
+		}
+	}
+	return nil
+}
+
+func (n *Node) read(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+	// Wait for in-flight non-transactional writes the reads overlap.
+	for _, ru := range req.Requests {
+		var err error
+		switch q := ru.Value.(type) {
+		case *rpcpb.RequestUnion_Get:
+			err = rr.latches.waitSpan(ctx, q.Get.Key, nil)
+		case *rpcpb.RequestUnion_Scan:
+			end := q.Scan.End
+			if len(end) == 0 {
+				end = keys.MaxKey
+			}
+			err = rr.latches.waitSpan(ctx, q.Scan.Start, end)
+		case *rpcpb.RequestUnion_Refresh:
+			for _, sp := range q.Refresh.Spans {
+				if err = rr.latches.waitSpan(ctx, sp.Start, sp.End); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			return &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err)}
+		}
+	}
+	if err := rr.r.ReadIndex(ctx); err != nil {
+		return &rpcpb.BatchResponse{Error: n.proposeErr(rr, err)}
+	}
+	snap := n.eng.NewSnapshot()
+	defer snap.Close()
+	return evalRead(snap, rr.sm.Desc(), req)
+}
+
+func (n *Node) write(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+	cmd := &rpcpb.RaftCommand{Batch: req}
+	var putKeys [][]byte
+	for _, ru := range req.Requests {
+		if p, ok := ru.Value.(*rpcpb.RequestUnion_Put); ok {
+			putKeys = append(putKeys, p.Put.Key)
+		}
+	}
+	if len(putKeys) > 0 {
+		release, err := rr.latches.acquire(ctx, putKeys)
+		if err != nil {
+			return &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err)}
+		}
+		defer release()
+		// The timestamp is taken after latching: see latchSet.
+		ts, e := n.timestamp(ctx)
+		if e != nil {
+			return &rpcpb.BatchResponse{Error: e}
+		}
+		cmd.WriteTs = ts
+	}
+	res, e := n.propose(ctx, rr, cmd)
+	if e != nil {
+		return &rpcpb.BatchResponse{Error: e}
+	}
+	resp, ok := res.(*rpcpb.BatchResponse)
+	if !ok {
+		return &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_INTERNAL, "unexpected result %T", res)}
+	}
+	return resp
+}
+
+func (n *Node) propose(ctx context.Context, rr *rangeReplica, cmd *rpcpb.RaftCommand) (any, *rpcpb.Error) {
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		return nil, pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)
+	}
+	res, err := rr.r.Propose(ctx, data)
+	if err != nil {
+		return nil, n.proposeErr(rr, err)
+	}
+	return res, nil
+}
+
+// RangeLookup implements rpcpb.KVServer.
+func (s *kvService) RangeLookup(ctx context.Context, req *rpcpb.RangeLookupRequest) (*rpcpb.RangeLookupResponse, error) {
+	n := s.n
+	if !n.bootstrapped() {
+		return &rpcpb.RangeLookupResponse{Error: pbErr(rpcpb.ErrorCode_NOT_BOOTSTRAPPED, "node is not part of a cluster yet: run canopy init")}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	d, e := n.lookupMeta(ctx, req.Key)
+	if e != nil {
+		return &rpcpb.RangeLookupResponse{Error: e}, nil
+	}
+	resp := &rpcpb.RangeLookupResponse{Range: d, Nodes: n.nodeList()}
+	if rr := n.replica(d.RangeId); rr != nil {
+		resp.LeaseholderNodeId = rr.r.Status().Leader
+	}
+	return resp, nil
+}
+
+// Timestamps implements rpcpb.KVServer.
+func (s *kvService) Timestamps(ctx context.Context, req *rpcpb.TimestampRequest) (*rpcpb.TimestampResponse, error) {
+	n := s.n
+	if !n.bootstrapped() {
+		return &rpcpb.TimestampResponse{Error: pbErr(rpcpb.ErrorCode_NOT_BOOTSTRAPPED, "node is not part of a cluster yet: run canopy init")}, nil
+	}
+	if req.Count == 0 || req.Count > OracleBatchMax {
+		return &rpcpb.TimestampResponse{Error: pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "count %d is outside [1, %d] (OracleBatchMax)", req.Count, OracleBatchMax)}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	first, e := n.allocateLocal(ctx, req.Count)
+	if e != nil {
+		return &rpcpb.TimestampResponse{Error: e}, nil
+	}
+	return &rpcpb.TimestampResponse{First: first, Count: req.Count}, nil
+}
+
+// ClusterInfo implements rpcpb.KVServer.
+func (s *kvService) ClusterInfo(ctx context.Context, _ *rpcpb.ClusterInfoRequest) (*rpcpb.ClusterInfoResponse, error) {
+	if !s.n.bootstrapped() {
+		return &rpcpb.ClusterInfoResponse{Error: pbErr(rpcpb.ErrorCode_NOT_BOOTSTRAPPED, "node is not part of a cluster yet: run canopy init")}, nil
+	}
+	return &rpcpb.ClusterInfoResponse{Settings: s.n.settings(), Nodes: s.n.nodeList()}, nil
+}
+
+// NodeStatus implements rpcpb.KVServer.
+func (s *kvService) NodeStatus(ctx context.Context, _ *rpcpb.NodeStatusRequest) (*rpcpb.NodeStatusResponse, error) {
+	n := s.n
+	resp := &rpcpb.NodeStatusResponse{NodeId: n.NodeID(), Address: n.Addr(), Bootstrapped: n.bootstrapped()}
+	for _, rr := range n.replicaList() {
+		st := rr.r.Status()
+		resp.Ranges = append(resp.Ranges, &rpcpb.RangeStatus{
+			Range: rr.sm.Desc(), LeaderNodeId: st.Leader, RaftTerm: st.Term,
+			RaftCommittedIndex: st.Commit, RaftAppliedIndex: st.Applied,
+		})
+	}
+	return resp, nil
+}
+
+// Split implements rpcpb.KVServer.
+func (s *kvService) Split(ctx context.Context, req *rpcpb.SplitRequest) (*rpcpb.SplitResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.n.cfg.RequestTimeout)
+	defer cancel()
+	return s.n.split(ctx, req.SplitKey), nil
+}
+
+// Bootstrap implements rpcpb.KVServer.
+func (s *kvService) Bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpcpb.BootstrapResponse, error) {
+	settings, e := s.n.bootstrap(ctx, req)
+	return &rpcpb.BootstrapResponse{Error: e, Settings: settings}, nil
+}
+
+// Raft implements rpcpb.InternalServer.
+func (s *internalService) Raft(ctx context.Context, req *rpcpb.RaftMessageBatch) (*rpcpb.RaftMessageBatchResponse, error) {
+	for _, m := range req.Messages {
+		s.n.receiveRaft(m)
+	}
+	return &rpcpb.RaftMessageBatchResponse{}, nil
+}
+
+// Propose implements rpcpb.InternalServer.
+func (s *internalService) Propose(ctx context.Context, req *rpcpb.ProposeRequest) (*rpcpb.ProposeResponse, error) {
+	n := s.n
+	rr := n.replica(req.RangeId)
+	if rr == nil {
+		return &rpcpb.ProposeResponse{Error: pbErr(rpcpb.ErrorCode_RANGE_NOT_FOUND, "node n%d has no replica of range r%d", n.NodeID(), req.RangeId)}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	res, e := n.propose(ctx, rr, req.Command)
+	if e != nil {
+		return &rpcpb.ProposeResponse{Error: e}, nil
+	}
+	if br, ok := res.(*rpcpb.BatchResponse); ok && br.Error != nil {
+		return &rpcpb.ProposeResponse{Error: br.Error}, nil
+	}
+	return &rpcpb.ProposeResponse{}, nil
+}
+
+// Join implements rpcpb.InternalServer.
+func (s *internalService) Join(ctx context.Context, req *rpcpb.JoinRequest) (*rpcpb.JoinResponse, error) {
+	return &rpcpb.JoinResponse{Error: s.n.join(req)}, nil
+}
+
+// Ping implements rpcpb.InternalServer.
+func (s *internalService) Ping(ctx context.Context, _ *rpcpb.PingRequest) (*rpcpb.PingResponse, error) {
+	return &rpcpb.PingResponse{NodeId: s.n.NodeID(), Bootstrapped: s.n.bootstrapped()}, nil
+}
+
+var _ = fmt.Sprintf
+
+// Status returns the node's status (as NodeStatus over RPC).
+func (n *Node) Status(ctx context.Context) (*rpcpb.NodeStatusResponse, error) {
+	return (&kvService{n: n}).NodeStatus(ctx, &rpcpb.NodeStatusRequest{})
+}
