@@ -27,8 +27,8 @@ func GC(rw storage.ReadWriter, start, end []byte, thresholdTs Timestamp) (versio
 //
 // Versions are deleted one by one: the ones to drop are interleaved with
 // ones to keep, so a range deletion does not fit. The engine counts the
-// value-log bytes of each deleted version as garbage when the batch
-// commits.
+// value-log bytes of each deleted version as garbage when the batch is
+// written.
 //
 // Invariant kept at every stopping point, so that a resumed GC and
 // concurrent readers at or above the threshold see the same data: a

@@ -20,7 +20,7 @@ import (
 // The randomized test runs one seeded stream of operations against the
 // package and against a plain in-memory twin (model) that implements the
 // documented rules in the most direct way, and compares every result and,
-// after every committed batch, the whole stored state.
+// every few operations, the whole stored state.
 
 var (
 	modelSeed = flag.Uint64("mvcc.seed", 0, "seed of TestAgainstModel (0: pick one and print it)")
@@ -444,9 +444,9 @@ func runAgainstModel(t *testing.T, seed uint64, ops int, opts storage.Options) {
 		}
 	}
 
-	// Writes accumulate in one indexed batch, as at Raft apply, and are
-	// committed every few operations. The model's state at the last commit
-	// is kept so that a dropped batch can be checked too.
+	// Writes accumulate in one indexed batch, as at Raft apply, which is
+	// written to the engine every few operations. The model's state as of
+	// the last write is kept so that a dropped batch can be checked too.
 	b := e.NewBatch()
 	committed := m.clone()
 	for op := 0; op < ops; op++ {

@@ -70,7 +70,7 @@ func loadKeyState(r storage.Reader, k []byte) (st keyState, err error) {
 //   - an intent of another transaction (Intent set).
 //
 // An intent of txn itself is replaced. (The engine counts the replaced
-// value's bytes as garbage when the batch commits: storage accounts every
+// value's bytes as garbage when the batch is written: storage accounts every
 // Set that shadows a value, so no explicit Delete is needed.)
 func PutIntent(rw storage.ReadWriter, key, value []byte, isDelete bool, txn TxnMeta) error {
 	if txn.StartTs == 0 {
