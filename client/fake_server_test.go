@@ -42,11 +42,11 @@ type fakeCluster struct {
 		settings    *rpcpb.ClusterSettings
 
 		// counters
-		tsCounts []uint32                    // count of each Timestamps RPC
-		batches  map[uint64]int              // per node
-		errs     map[rpcpb.ErrorCode]int     // errors returned by Batch and Timestamps
-		reqs     map[string]int              // requests evaluated, by type name
-		lookups  int                         // RangeLookup RPCs
+		tsCounts []uint32                // count of each Timestamps RPC
+		batches  map[uint64]int          // per node
+		errs     map[rpcpb.ErrorCode]int // errors returned by Batch and Timestamps
+		reqs     map[string]int          // requests evaluated, by type name
+		lookups  int                     // RangeLookup RPCs
 
 		// hooks, called without mu held.
 		beforeBatch func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse
