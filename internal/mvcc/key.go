@@ -105,12 +105,9 @@ func IntentKey(k []byte) []byte { return EncodeKey(k, KindIntent, 0) }
 // VersionKey is EncodeKey(k, KindVersion, ts).
 func VersionKey(k []byte, ts Timestamp) []byte { return EncodeKey(k, KindVersion, ts) }
 
-// versionsUpper is the exclusive upper bound of the versions of k.
-func versionsUpper(k []byte) []byte { return append(keyPrefix(k), slotEnd) }
-
 // keyEnd is the first physical key after every physical key of k; it is
 // also the exclusive upper bound of the versions of k.
-func keyEnd(k []byte) []byte { return versionsUpper(k) }
+func keyEnd(k []byte) []byte { return append(keyPrefix(k), slotEnd) }
 
 // SpanBounds returns the physical bounds [lo, hi) that hold exactly the
 // physical keys (plain, intent, versions) of the logical keys in

@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -45,16 +47,27 @@ func newTestEngine(t testing.TB) *storage.Engine {
 //
 // Writes run in one indexed batch per command, committed only on success.
 func TestDataDriven(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		e := newTestEngine(t)
-		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
-			if d.Cmd == "reset" {
-				e = newTestEngine(t)
-				return "ok"
-			}
-			return runCmd(t, e, d)
+	// The files directly in testdata/; testdata/fuzz holds the fuzzers'
+	// corpora.
+	paths, err := filepath.Glob("testdata/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range paths {
+		if fi, err := os.Stat(path); err != nil || fi.IsDir() {
+			continue
+		}
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			e := newTestEngine(t)
+			datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+				if d.Cmd == "reset" {
+					e = newTestEngine(t)
+					return "ok"
+				}
+				return runCmd(t, e, d)
+			})
 		})
-	})
+	}
 }
 
 func runCmd(t *testing.T, e *storage.Engine, d *datadriven.TestData) string {

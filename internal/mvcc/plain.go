@@ -100,7 +100,7 @@ func ScanPlain(r storage.Reader, start, end []byte, limit int) (kvs []KV, resume
 			}
 		}
 		// The plain slot comes first: nothing after it in k is plain.
-		it.SeekGE(keyEnd(k))
+		seekPastKey(it, keyPrefix(k))
 	}
 	if err := it.Error(); err != nil {
 		return nil, nil, fmt.Errorf("mvcc: scan plain [%q, %q): %w", start, end, err)

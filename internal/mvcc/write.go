@@ -10,9 +10,8 @@ import (
 // keyState is what a write needs to know about a logical key: its intent,
 // if any, and its newest committed version, if any.
 type keyState struct {
-	intent    *IntentValue // nil: no intent
-	newestTs  Timestamp    // 0: no committed version
-	newestDel bool         // the newest version is a tombstone
+	intent   *IntentValue // nil: no intent
+	newestTs Timestamp    // 0: no committed version
 }
 
 // loadKeyState reads k's intent and newest version with one iterator.
@@ -54,7 +53,9 @@ func loadKeyState(r storage.Reader, k []byte) (st keyState, err error) {
 	if err != nil {
 		return keyState{}, fmt.Errorf("mvcc: read %q at %d: %w", k, ts, err)
 	}
-	if _, st.newestDel, err = DecodeVersionValue(raw); err != nil {
+	// Decoded only to check it: a write never lands next to bytes that
+	// fail to decode.
+	if _, _, err = DecodeVersionValue(raw); err != nil {
 		return keyState{}, fmt.Errorf("mvcc: version of %q at %d: %w", k, ts, err)
 	}
 	st.newestTs = ts
