@@ -30,7 +30,8 @@
 //  5. Timestamps come from the timestamp oracle and are unique; 0 means
 //     "none" and is never the timestamp of a stored version or intent.
 //  6. Returned keys and values are copies owned by the caller, except the
-//     slices passed to the IterateSpan callback.
+//     slices passed to the IterateSpan callback and those returned by
+//     DecodeIntentValue and DecodeVersionValue, which alias their input.
 //
 // # Conflict rules
 //
