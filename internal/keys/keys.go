@@ -6,6 +6,7 @@
 //
 //	0x00 'a' + end key of a range       meta: range descriptor (plain key)
 //	0x00 'b' 'n' + node ID (8 bytes)    meta: node descriptor (plain key)
+//	0x00 'b' 'r'                        meta: last allocated range ID (plain key)
 //	0x00 'c'                            oracle upper bound (plain key)
 //	0x00 'h' + reversed start_ts        transaction heartbeat record (plain key)
 //	0x00 's' + encoding's key           transaction status table (plain key)
@@ -33,8 +34,10 @@ var (
 	MinKey = []byte{}
 	MaxKey = []byte{0xff}
 
-	MetaPrefix     = []byte{0x00, 'a'}
-	NodePrefix     = []byte{0x00, 'b', 'n'}
+	MetaPrefix = []byte{0x00, 'a'}
+	NodePrefix = []byte{0x00, 'b', 'n'}
+	// RangeIDKey holds the last allocated range ID (8 bytes big endian).
+	RangeIDKey     = []byte{0x00, 'b', 'r'}
 	OracleBoundKey = []byte{0x00, 'c'}
 	// MetaEnd bounds the meta records.
 	MetaEnd         = []byte{0x00, 'a' + 1}

@@ -3,6 +3,7 @@ package kvserver
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -69,7 +71,8 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 		if err != nil {
 			return nil, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "dialing %s: %v", a, err)
 		}
-		resp, err := rpcpb.NewInternalClient(c).Ping(ctx, &rpcpb.PingRequest{})
+		// Wait for nodes that are still starting, within ctx.
+		resp, err := rpcpb.NewInternalClient(c).Ping(ctx, &rpcpb.PingRequest{}, grpc.WaitForReady(true))
 		if err != nil {
 			return nil, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "node %s is not reachable: %v", a, err)
 		}
@@ -117,6 +120,7 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 	for _, nd := range nodes {
 		data = append(data, &rpcpb.KeyValue{Key: keys.NodeKey(nd.NodeId), Value: []byte(nd.Address)})
 	}
+	data = append(data, &rpcpb.KeyValue{Key: keys.RangeIDKey, Value: binary.BigEndian.AppendUint64(nil, uint64(len(ranges)))})
 	// Peers first, this node last: a failure leaves this node free to retry.
 	for i := len(nodes) - 1; i >= 0; i-- {
 		j := &rpcpb.JoinRequest{NodeId: nodes[i].NodeId, Nodes: nodes, Settings: settings, Ranges: ranges, InitialData: data}

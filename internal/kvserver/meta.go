@@ -101,6 +101,12 @@ func (n *Node) ensureMeta(ctx context.Context, d *rpcpb.RangeDescriptor) error {
 
 // proposeRemote replicates cmd on rangeID at its leaseholder.
 func (n *Node) proposeRemote(ctx context.Context, rangeID uint64, cmd *rpcpb.RaftCommand) error {
+	_, err := n.proposeRemoteValue(ctx, rangeID, cmd)
+	return err
+}
+
+// proposeRemoteValue is proposeRemote returning the command's value.
+func (n *Node) proposeRemoteValue(ctx context.Context, rangeID uint64, cmd *rpcpb.RaftCommand) (uint64, error) {
 	target := uint64(0)
 	if rr := n.replica(rangeID); rr != nil {
 		target = rr.r.Status().Leader
@@ -112,22 +118,22 @@ func (n *Node) proposeRemote(ctx context.Context, rangeID uint64, cmd *rpcpb.Raf
 	for i := 0; i < MetaHintsMax; i++ {
 		cl, err := n.internalClient(target)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		resp, err := cl.Propose(ctx, &rpcpb.ProposeRequest{RangeId: rangeID, Command: cmd})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if resp.Error == nil {
-			return nil
+			return resp.Value, nil
 		}
 		last = errorf(resp.Error)
 		if resp.Error.Code != rpcpb.ErrorCode_NOT_LEASEHOLDER || resp.Error.LeaseholderHint == 0 {
-			return last
+			return 0, last
 		}
 		target = resp.Error.LeaseholderHint
 	}
-	return last
+	return 0, last
 }
 
 type wireError struct{ e *rpcpb.Error }

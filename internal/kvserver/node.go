@@ -352,7 +352,18 @@ func (n *Node) loadRanges() error {
 
 // newReplica creates and starts the replica of rangeID (desc nil: an
 // uninitialized replica waiting for a snapshot).
+//
+// A replica created for an incoming message may race with join or a split
+// creating the same range: it reads the descriptor from the engine, where
+// join and splits commit it before publishing the range, so it is never
+// left without the descriptor it has on disk.
 func (n *Node) newReplica(rangeID uint64, desc *rpcpb.RangeDescriptor) (*rangeReplica, error) {
+	if desc == nil {
+		var err error
+		if desc, err = loadDesc(n.eng, rangeID); err != nil {
+			return nil, err
+		}
+	}
 	sm := &rangeSM{n: n, rangeID: rangeID}
 	sm.setDesc(desc)
 	r, err := replica.New(replica.Config{

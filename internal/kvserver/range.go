@@ -133,6 +133,22 @@ func (s *rangeSM) Apply(eng *storage.Engine, index uint64, data []byte) (*storag
 			panic(err)
 		}
 		return b, &rpcpb.BatchResponse{}, nil
+	case c.AllocRangeId != nil:
+		if !containsKey(desc, keys.RangeIDKey) {
+			return fail(pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "range ID counter outside r%d", s.rangeID))
+		}
+		cur, _, err := mvcc.GetPlain(b, keys.RangeIDKey)
+		if err != nil {
+			panic(err)
+		}
+		var last uint64
+		if len(cur) == 8 {
+			last = binary.BigEndian.Uint64(cur)
+		}
+		if err := mvcc.PutPlain(b, keys.RangeIDKey, binary.BigEndian.AppendUint64(nil, last+1)); err != nil {
+			panic(err)
+		}
+		return b, rangeIDResult(last + 1), nil
 	case c.CasBound != nil:
 		if !containsKey(desc, keys.OracleBoundKey) {
 			return fail(pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "oracle bound outside r%d", s.rangeID))
@@ -156,6 +172,8 @@ func (s *rangeSM) Apply(eng *storage.Engine, index uint64, data []byte) (*storag
 	}
 	return fail(pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "empty Raft command"))
 }
+
+type rangeIDResult uint64
 
 type casResult struct {
 	current uint64

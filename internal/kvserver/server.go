@@ -275,8 +275,11 @@ func (s *internalService) Propose(ctx context.Context, req *rpcpb.ProposeRequest
 	if e != nil {
 		return &rpcpb.ProposeResponse{Error: e}, nil
 	}
-	if br, ok := res.(*rpcpb.BatchResponse); ok && br.Error != nil {
-		return &rpcpb.ProposeResponse{Error: br.Error}, nil
+	switch r := res.(type) {
+	case *rpcpb.BatchResponse:
+		return &rpcpb.ProposeResponse{Error: r.Error}, nil
+	case rangeIDResult:
+		return &rpcpb.ProposeResponse{Value: uint64(r)}, nil
 	}
 	return &rpcpb.ProposeResponse{}, nil
 }

@@ -13,8 +13,7 @@ import (
 const SplitHopsMax = 3
 
 // split splits the range containing key at key (a logical user key). The
-// right hand side's range ID is a fresh oracle timestamp: unique across
-// the cluster without a counter to coordinate.
+// right hand side's range ID comes from the counter in range 1.
 func (n *Node) split(ctx context.Context, key []byte) *rpcpb.SplitResponse {
 	fail := func(e *rpcpb.Error) *rpcpb.SplitResponse { return &rpcpb.SplitResponse{Error: e} }
 	if !n.bootstrapped() {
@@ -32,7 +31,7 @@ func (n *Node) split(ctx context.Context, key []byte) *rpcpb.SplitResponse {
 			return &rpcpb.SplitResponse{Right: d} // already split here
 		}
 		rr := n.replica(d.RangeId)
-		if rr != nil && rr.r.Status().IsLeader {
+		if rr != nil && rr.r.Status().IsLeader && rr.sm.Desc() != nil {
 			return n.splitLocal(ctx, rr, key)
 		}
 		if hop == SplitHopsMax || rr == nil || rr.r.Status().Leader == 0 {
@@ -55,9 +54,9 @@ func (n *Node) split(ctx context.Context, key []byte) *rpcpb.SplitResponse {
 func (n *Node) splitLocal(ctx context.Context, rr *rangeReplica, key []byte) *rpcpb.SplitResponse {
 	fail := func(e *rpcpb.Error) *rpcpb.SplitResponse { return &rpcpb.SplitResponse{Error: e} }
 	d := rr.sm.Desc()
-	newID, e := n.timestamp(ctx)
-	if e != nil {
-		return fail(e)
+	newID, err := n.proposeRemoteValue(ctx, OracleRangeID, &rpcpb.RaftCommand{AllocRangeId: &rpcpb.AllocRangeIDCommand{}})
+	if err != nil {
+		return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "allocating a range ID: %v", err))
 	}
 	res, e := n.propose(ctx, rr, &rpcpb.RaftCommand{Split: &rpcpb.SplitCommand{SplitKey: key, NewRangeId: newID, ExpectedGeneration: d.Generation}})
 	if e != nil {

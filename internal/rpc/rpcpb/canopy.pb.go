@@ -3269,9 +3269,11 @@ func (x *ProposeRequest) GetCommand() *RaftCommand {
 	return nil
 }
 
+// value carries the result of AllocRangeIDCommand.
 type ProposeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Value         uint64                 `protobuf:"varint,2,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3311,6 +3313,13 @@ func (x *ProposeResponse) GetError() *Error {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *ProposeResponse) GetValue() uint64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
 }
 
 // ---------------------------------------------------------------- Raft commands
@@ -3806,9 +3815,10 @@ const file_canopy_proto_rawDesc = "" +
 	"\fbootstrapped\x18\x02 \x01(\bR\fbootstrapped\"Z\n" +
 	"\x0eProposeRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\x04R\arangeId\x12-\n" +
-	"\acommand\x18\x02 \x01(\v2\x13.canopy.RaftCommandR\acommand\"6\n" +
+	"\acommand\x18\x02 \x01(\v2\x13.canopy.RaftCommandR\acommand\"L\n" +
 	"\x0fProposeResponse\x12#\n" +
-	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\"\xb5\x02\n" +
+	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value\"\xb5\x02\n" +
 	"\vRaftCommand\x12*\n" +
 	"\x05batch\x18\x01 \x01(\v2\x14.canopy.BatchRequestR\x05batch\x12\x19\n" +
 	"\bwrite_ts\x18\x02 \x01(\x04R\awriteTs\x12*\n" +

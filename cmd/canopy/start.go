@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/canopy-db/canopy/internal/kvserver"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func init() {
+	var store, listen, advertise, join string
+	var tick time.Duration
+	cmd := &cobra.Command{
+		Use:   "start",
+		Short: "Run a node (then, once, `canopy init` to form the cluster)",
+		Example: `  canopy start --store /tmp/n1 --listen 127.0.0.1:26257 \
+      --join 127.0.0.1:26257,127.0.0.1:26258,127.0.0.1:26259`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			var peers []string
+			for _, a := range strings.Split(join, ",") {
+				if a = strings.TrimSpace(a); a != "" {
+					peers = append(peers, a)
+				}
+			}
+			n, err := kvserver.Start(kvserver.Config{
+				StoreDir: store, ListenAddr: listen, AdvertiseAddr: advertise,
+				Join: peers, TickInterval: tick, Logger: logger,
+			})
+			if err != nil {
+				return err
+			}
+			if n.NodeID() == 0 {
+				logger.Info("node started; waiting for `canopy init`", "addr", n.Addr(), "store", store)
+			} else {
+				logger.Info("node restarted with its data", "node", n.NodeID(), "addr", n.Addr(), "store", store)
+			}
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+			s := <-sig
+			logger.Info("stopping", "signal", s.String())
+			n.Stop()
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&store, "store", "canopy-data", "directory of the node's store")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:26257", "address to serve gRPC on")
+	cmd.Flags().StringVar(&advertise, "advertise", "", "address peers and clients use (default: --listen)")
+	cmd.Flags().StringVar(&join, "join", "", "comma-separated addresses of every node of the cluster, in the same form as their --listen")
+	cmd.Flags().DurationVar(&tick, "raft-tick", 100*time.Millisecond, "Raft tick; elections take 10-20 ticks")
+	rootCmd.AddCommand(cmd)
+}
+
+func init() {
+	var host, encoding string
+	var ranges, rf int
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Bootstrap a new cluster from the nodes named in --join of the node at --host",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			conn, err := grpc.NewClient(host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			resp, err := rpcpb.NewKVClient(conn).Bootstrap(ctx, &rpcpb.BootstrapRequest{
+				InitialRanges: uint32(ranges),
+				Settings:      &rpcpb.ClusterSettings{StatusEncoding: encoding, ReplicationFactor: uint32(rf)},
+			})
+			if err != nil {
+				return fmt.Errorf("contacting %s: %w", host, err)
+			}
+			if resp.Error != nil {
+				return fmt.Errorf("%s: %s", resp.Error.Code, resp.Error.Message)
+			}
+			s := resp.Settings
+			fmt.Printf("cluster %s initialized: replication factor %d, status encoding %s (PQ %d, NP %d), %d user ranges\n",
+				s.ClusterId, s.ReplicationFactor, s.StatusEncoding, s.TicketsPartitioningQuantum, s.TicketsRowsPerQuantum, max(ranges, 1))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&host, "host", "127.0.0.1:26257", "address of a started node")
+	cmd.Flags().IntVar(&ranges, "initial-ranges", 1, fmt.Sprintf("pre-split the user keyspace into this many ranges (at most %d)", kvserver.InitialRangesMax))
+	cmd.Flags().IntVar(&rf, "replication-factor", 3, "replicas per range (capped at the number of nodes)")
+	cmd.Flags().StringVar(&encoding, "status-encoding", "tickets", "transaction status table encoding: tickets or v1")
+	rootCmd.AddCommand(cmd)
+}
