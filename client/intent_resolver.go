@@ -20,9 +20,10 @@ import (
 // missing or expired -> write "aborted" with put-unless-exists (which may
 // lose to its commit: then the existing value decides); alive -> wait with
 // backoff, re-checking, up to a budget, then give up with ErrRetryable. The
-// budget is short when the waiter is younger than the intent's transaction,
-// so that a cycle of waiters breaks at its youngest member (wait-die)
-// instead of every member waiting out the long budget.
+// budget is short when the waiter is younger than the intent's transaction
+// and holds intents itself, so that a cycle of waiters breaks at its
+// younger members (wait-die) instead of every member waiting out the long
+// budget (see waiter.budget).
 //
 // Own intents after a decision (intentResolver): resolved asynchronously by
 // a bounded pool, batched per range, then the heartbeat record is deleted.
@@ -43,6 +44,28 @@ func heartbeatExpired(v []byte, now time.Time) (bool, error) {
 	return int64(binary.BigEndian.Uint64(v)) <= now.UnixMilli(), nil
 }
 
+// waiter is who waits for another transaction's intents to go.
+type waiter struct {
+	// startTs is the waiting transaction's, 0 for a non-transactional
+	// operation (which counts as the oldest: it holds nothing).
+	startTs uint64
+	// holdsIntents: the waiter has written intents, so others may be
+	// waiting for it. Only such a waiter can close a cycle of waits.
+	holdsIntents bool
+}
+
+// budget is how long w waits for a live transaction started at otherStart.
+// Wait-die: a younger waiter that holds intents may be part of a cycle
+// (a deadlock), so it gives up soon; the oldest member of any cycle waits
+// the long budget and so survives. A waiter holding no intents is in no
+// cycle and waits long too.
+func (w waiter) budget(o *Options, otherStart uint64) time.Duration {
+	if w.holdsIntents && w.startTs > otherStart {
+		return o.IntentWaitYoungerMax
+	}
+	return o.IntentWaitMax
+}
+
 // foreignTxn collects the intents of one other transaction.
 type foreignTxn struct {
 	startTs      uint64
@@ -51,11 +74,10 @@ type foreignTxn struct {
 }
 
 // resolveForeign resolves the given intents of other transactions so that
-// the waiter (a transaction's start_ts, or 0 for a non-transactional
-// operation) can retry. It returns nil once every intent is resolved, a
+// the waiter can retry. It returns nil once every intent is resolved, a
 // *RetryableError if a live transaction stayed in the way past the wait
 // budget, or a routing error.
-func (db *DB) resolveForeign(ctx context.Context, intents []*rpcpb.Intent, waiterStart uint64) error {
+func (db *DB) resolveForeign(ctx context.Context, intents []*rpcpb.Intent, w waiter) error {
 	var txns []*foreignTxn
 	byStart := map[uint64]*foreignTxn{}
 	for _, in := range intents {
@@ -63,7 +85,7 @@ func (db *DB) resolveForeign(ctx context.Context, intents []*rpcpb.Intent, waite
 		if s == 0 {
 			return fmt.Errorf("%w: intent at %q has no start_ts", ErrInternal, in.GetKey())
 		}
-		if s == waiterStart {
+		if s == w.startTs {
 			return fmt.Errorf("%w: server reported our own intent at %q as foreign", ErrInternal, in.GetKey())
 		}
 		ft := byStart[s]
@@ -78,7 +100,7 @@ func (db *DB) resolveForeign(ctx context.Context, intents []*rpcpb.Intent, waite
 		ft.keys = append(ft.keys, in.GetKey())
 	}
 	for _, ft := range txns {
-		d, err := db.awaitDecision(ctx, ft, waiterStart)
+		d, err := db.awaitDecision(ctx, ft, w)
 		if err != nil {
 			return err
 		}
@@ -91,11 +113,8 @@ func (db *DB) resolveForeign(ctx context.Context, intents []*rpcpb.Intent, waite
 
 // awaitDecision returns the decision of ft, aborting it if its heartbeat
 // has expired and waiting (bounded) while it is alive.
-func (db *DB) awaitDecision(ctx context.Context, ft *foreignTxn, waiterStart uint64) (decision, error) {
-	budget := db.opts.IntentWaitMax
-	if waiterStart != 0 && waiterStart > ft.startTs {
-		budget = db.opts.IntentWaitYoungerMax
-	}
+func (db *DB) awaitDecision(ctx context.Context, ft *foreignTxn, w waiter) (decision, error) {
+	budget := w.budget(&db.opts, ft.startTs)
 	sk := db.statusKey(ft.startTs)
 	bo := newBackoff(5*time.Millisecond, 100*time.Millisecond)
 	// waited sums the sleeps rather than reading a clock, so that the

@@ -29,7 +29,7 @@ func (db *DB) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
 	if err := checkKey(key); err != nil {
 		return nil, false, err
 	}
-	r, err := db.get(ctx, keys.UserKey(key), 0, 0)
+	r, err := db.get(ctx, keys.UserKey(key), 0, 0, waiter{})
 	if err != nil {
 		return nil, false, publicError(err)
 	}
@@ -37,13 +37,13 @@ func (db *DB) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
 }
 
 // get reads logical key k at ts for txnStart, resolving the intents it
-// meets on behalf of waiterStart = txnStart.
-func (db *DB) get(ctx context.Context, k []byte, ts, txnStart uint64) (*rpcpb.GetResponse, error) {
+// meets on behalf of w.
+func (db *DB) get(ctx context.Context, k []byte, ts, txnStart uint64, w waiter) (*rpcpb.GetResponse, error) {
 	req := &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_Get{Get: &rpcpb.GetRequest{Key: k, Ts: ts, TxnStart: txnStart}}}
 	for round := 0; ; round++ {
 		resp, err := db.sender.sendOne(ctx, false, req)
 		if pb, ok := asKVError(err, rpcpb.ErrorCode_INTENT_FOUND); ok && round < db.opts.IntentRoundsMax {
-			if err := db.resolveForeign(ctx, pb.GetIntents(), txnStart); err != nil {
+			if err := db.resolveForeign(ctx, pb.GetIntents(), w); err != nil {
 				return nil, err
 			}
 			continue
@@ -84,7 +84,7 @@ func (db *DB) put(ctx context.Context, k, value []byte, del bool) error {
 	for round := 0; ; round++ {
 		_, err := db.sender.sendOne(ctx, true, req)
 		if pb, ok := asKVError(err, rpcpb.ErrorCode_INTENT_FOUND); ok && round < db.opts.IntentRoundsMax {
-			if err := db.resolveForeign(ctx, pb.GetIntents(), 0); err != nil {
+			if err := db.resolveForeign(ctx, pb.GetIntents(), waiter{}); err != nil {
 				return publicError(err)
 			}
 			continue
@@ -106,7 +106,9 @@ func (db *DB) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyValu
 		return nil, err
 	}
 	kvs, err := db.sender.scan(ctx, ls, le, ts, 0, limit, db.opts.ScanKeysMax, db.opts.IntentRoundsMax,
-		func(ctx context.Context, intents []*rpcpb.Intent) error { return db.resolveForeign(ctx, intents, 0) })
+		func(ctx context.Context, intents []*rpcpb.Intent) error {
+			return db.resolveForeign(ctx, intents, waiter{})
+		})
 	if err != nil {
 		return nil, publicError(err)
 	}

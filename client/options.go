@@ -54,9 +54,11 @@ type Options struct {
 	// with ErrRetryable. Default 2s.
 	IntentWaitMax time.Duration
 	// IntentWaitYoungerMax is the same budget when the waiting transaction
-	// is younger than the intent's (larger start_ts). It is short so that a
-	// cycle of waiting transactions (a deadlock) breaks quickly: the younger
-	// one gives up (wait-die). Default 100ms.
+	// is younger than the intent's (larger start_ts) and has written
+	// intents itself. It is short so that a cycle of waiting transactions
+	// (a deadlock) breaks quickly: the younger one gives up (wait-die).
+	// A transaction without intents can be in no cycle and waits
+	// IntentWaitMax. Default 100ms.
 	IntentWaitYoungerMax time.Duration
 	// IntentRoundsMax bounds how often one operation resolves intents and
 	// retries. Default 16.

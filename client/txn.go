@@ -41,6 +41,13 @@ type Txn struct {
 	writer       writePath
 	hb           heartbeat
 
+	// opMu orders operations before the decision: every operation holds it
+	// shared while it runs, and Commit and Rollback take it exclusively to
+	// leave the pending state. So no write lands after Commit has taken
+	// the write set (its intent would never be resolved by us), and no
+	// read is recorded after the refresh has taken the read set.
+	opMu sync.RWMutex
+
 	mu struct {
 		sync.Mutex
 		state txnState
@@ -49,6 +56,8 @@ type Txn struct {
 		// reads are the keys (End empty) and spans read, logical keys.
 		// Invariant: len(reads) <= Options.ReadSpansMax.
 		reads []*rpcpb.Span
+		// readKeys dedupes point reads in reads.
+		readKeys map[string]struct{}
 		// writes is the write set, logical keys; writeKeys holds them in
 		// first-write order. Invariant: len(writeKeys) == len(writes) <=
 		// Options.TxnKeysMax.
@@ -92,6 +101,7 @@ func (db *DB) begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 	}
 	t := &Txn{db: db, opts: o, startTs: ts, heartbeatKey: keys.HeartbeatKey(ts)}
 	t.mu.writes = map[string]struct{}{}
+	t.mu.readKeys = map[string]struct{}{}
 	t.writer = db.newWriter(t)
 	return t, nil
 }
@@ -99,6 +109,13 @@ func (db *DB) begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 // StartTs is the transaction's start timestamp: it reads the snapshot at
 // this timestamp.
 func (t *Txn) StartTs() uint64 { return t.startTs }
+
+// waiter identifies the transaction when it waits for others' intents.
+func (t *Txn) waiter() waiter {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return waiter{startTs: t.startTs, holdsIntents: len(t.mu.writeKeys) > 0}
+}
 
 // meta is the transaction's identity in intents.
 func (t *Txn) meta() *rpcpb.TxnMeta {
@@ -142,10 +159,18 @@ func (t *Txn) recordRead(sp *rpcpb.Span) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if len(sp.GetEnd()) == 0 {
+		if _, ok := t.mu.readKeys[string(sp.GetStart())]; ok {
+			return nil
+		}
+	}
 	if len(t.mu.reads) >= t.db.opts.ReadSpansMax {
 		return invalidArgf("transaction reads more than ReadSpansMax=%d keys and spans", t.db.opts.ReadSpansMax)
 	}
 	t.mu.reads = append(t.mu.reads, sp)
+	if len(sp.GetEnd()) == 0 {
+		t.mu.readKeys[string(sp.GetStart())] = struct{}{}
+	}
 	return nil
 }
 
@@ -170,6 +195,8 @@ func (t *Txn) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
 	if err := checkKey(key); err != nil {
 		return nil, false, err
 	}
+	t.opMu.RLock()
+	defer t.opMu.RUnlock()
 	if err := t.usable(); err != nil {
 		return nil, false, err
 	}
@@ -180,7 +207,7 @@ func (t *Txn) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
 	if err := t.writer.beforeRead(ctx, k, nil); err != nil {
 		return nil, false, t.fail(err)
 	}
-	r, err := t.db.get(ctx, k, t.startTs, t.startTs)
+	r, err := t.db.get(ctx, k, t.startTs, t.startTs, t.waiter())
 	if err != nil {
 		return nil, false, t.fail(err)
 	}
@@ -195,6 +222,8 @@ func (t *Txn) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyValu
 	if err != nil {
 		return nil, err
 	}
+	t.opMu.RLock()
+	defer t.opMu.RUnlock()
 	if err := t.usable(); err != nil {
 		return nil, err
 	}
@@ -203,7 +232,7 @@ func (t *Txn) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyValu
 	}
 	kvs, err := t.db.sender.scan(ctx, ls, le, t.startTs, t.startTs, limit, t.db.opts.ScanKeysMax, t.db.opts.IntentRoundsMax,
 		func(ctx context.Context, intents []*rpcpb.Intent) error {
-			return t.db.resolveForeign(ctx, intents, t.startTs)
+			return t.db.resolveForeign(ctx, intents, t.waiter())
 		})
 	if err != nil {
 		return nil, t.fail(err)
@@ -237,6 +266,8 @@ func (t *Txn) write(ctx context.Context, key, value []byte, del bool) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
+	t.opMu.RLock()
+	defer t.opMu.RUnlock()
 	if err := t.usable(); err != nil {
 		return err
 	}
@@ -255,13 +286,17 @@ func (t *Txn) write(ctx context.Context, key, value []byte, del bool) error {
 // asynchronously. Rolling back a finished transaction is a no-op, so
 // `defer txn.Rollback(ctx)` after Begin is fine.
 func (t *Txn) Rollback(ctx context.Context) error {
+	t.opMu.Lock()
 	t.mu.Lock()
-	if t.mu.state == txnCommitted || t.mu.state == txnAborted || t.mu.state == txnCommitting {
-		t.mu.Unlock()
+	s := t.mu.state
+	if s == txnPending || s == txnUnknown {
+		t.mu.state = txnCommitting
+	}
+	t.mu.Unlock()
+	t.opMu.Unlock()
+	if s != txnPending && s != txnUnknown {
 		return nil
 	}
-	t.mu.state = txnCommitting
-	t.mu.Unlock()
 	d, err := t.abort(ctx)
 	if err != nil {
 		return err

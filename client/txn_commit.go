@@ -17,16 +17,19 @@ import (
 // A transaction that wrote nothing commits without any request: its reads
 // were a consistent snapshot at start_ts.
 func (t *Txn) Commit(ctx context.Context) error {
+	t.opMu.Lock()
 	t.mu.Lock()
 	if t.mu.state != txnPending {
 		s := t.mu.state
 		t.mu.Unlock()
+		t.opMu.Unlock()
 		return invalidArgf("transaction %d is %s", t.startTs, s)
 	}
 	t.mu.state = txnCommitting
 	poisoned := t.mu.err
 	wrote := len(t.mu.writeKeys) > 0
 	t.mu.Unlock()
+	t.opMu.Unlock()
 	if poisoned != nil {
 		_, _ = t.abort(ctx)
 		return poisoned
@@ -170,7 +173,7 @@ func (t *Txn) refreshReads(ctx context.Context, commitTs uint64) error {
 			return err
 		}
 		if len(ke.pb.GetIntents()) > 0 && round < db.opts.IntentRoundsMax {
-			if err := db.resolveForeign(ctx, ke.pb.GetIntents(), t.startTs); err != nil {
+			if err := db.resolveForeign(ctx, ke.pb.GetIntents(), t.waiter()); err != nil {
 				return err
 			}
 			continue

@@ -61,7 +61,7 @@ func (w syncWriter) write(ctx context.Context, key, value []byte, del bool) erro
 			return err
 		}
 		if len(pb.GetIntents()) > 0 && round < t.db.opts.IntentRoundsMax {
-			if err := t.db.resolveForeign(ctx, pb.GetIntents(), t.startTs); err != nil {
+			if err := t.db.resolveForeign(ctx, pb.GetIntents(), t.waiter()); err != nil {
 				return err
 			}
 			continue
