@@ -3,6 +3,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"io"
+	"log/slog"
 	"net"
 	"sort"
 	"sync"
@@ -154,6 +156,7 @@ func testOptions() Options {
 		RPCTimeout:    10 * time.Second,
 		Clock:         func() time.Time { return fakeNow },
 		IntentWaitMax: 200 * time.Millisecond,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
 

@@ -108,10 +108,16 @@ type Options struct {
 	StatusEncoding txnstatus.Encoding
 }
 
+// timestampBatchLimit is the largest count a node accepts in one
+// TimestampRequest (kvserver.OracleBatchMax; the client does not import the
+// server, so the number is repeated here).
+const timestampBatchLimit = 65536
+
 // Option changes Options; any func(*Options) is one.
 type Option func(*Options)
 
-// WithOptions replaces the options with o (fields left zero get defaults).
+// WithOptions replaces all options set before it with o (fields left zero
+// get defaults); pass it first.
 func WithOptions(o Options) Option { return func(p *Options) { *p = o } }
 
 // WithDialOptions adds gRPC dial options.
@@ -195,6 +201,9 @@ func (o *Options) Validate() error {
 	if o.SendBackoffInitial > o.SendBackoffMax || o.TxnBackoffInitial > o.TxnBackoffMax {
 		return invalidArgf("backoff initial above its maximum (send %v > %v or txn %v > %v)",
 			o.SendBackoffInitial, o.SendBackoffMax, o.TxnBackoffInitial, o.TxnBackoffMax)
+	}
+	if o.TimestampBatchMax > timestampBatchLimit {
+		return invalidArgf("option TimestampBatchMax %d exceeds %d, the most a node hands out per request", o.TimestampBatchMax, timestampBatchLimit)
 	}
 	if o.HeartbeatTTL < 5*time.Millisecond {
 		return invalidArgf("option HeartbeatTTL %v is below 5ms", o.HeartbeatTTL)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -262,4 +263,57 @@ func TestRangeCacheInsertEvicts(t *testing.T) {
 		t.Fatal("evict")
 	}
 	_ = fmt.Sprint()
+}
+
+// Whatever the server answers, every public call returns nil or an error
+// of one of the documented classes.
+func TestErrorsAreTyped(t *testing.T) {
+	c := newFakeCluster(t, 2)
+	db := c.open(func(o *Options) { o.SendAttemptsMax = 3; o.IntentWaitMax = time.Millisecond })
+	codes := []rpcpb.ErrorCode{}
+	for code := range rpcpb.ErrorCode_name {
+		codes = append(codes, rpcpb.ErrorCode(code))
+	}
+	var n atomic.Int64
+	c.setBeforeBatch(func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+		i := n.Add(1)
+		if i%2 == 0 {
+			return nil // let half through, so that calls get further
+		}
+		e := &rpcpb.Error{Code: codes[int(i/2)%len(codes)], Message: "injected"}
+		if e.Code == rpcpb.ErrorCode_INTENT_FOUND || e.Code == rpcpb.ErrorCode_WRITE_CONFLICT || e.Code == rpcpb.ErrorCode_READ_CONFLICT {
+			e.Intents = []*rpcpb.Intent{{Key: keys.UserKey([]byte("q")), Txn: &rpcpb.TxnMeta{StartTs: 3}}}
+		}
+		return &rpcpb.BatchResponse{Error: e}
+	})
+	typed := func(err error) bool {
+		for _, class := range []error{ErrInvalidArgument, ErrRetryable, ErrAmbiguous, ErrUnavailable, ErrInternal} {
+			if errors.Is(err, class) {
+				return true
+			}
+		}
+		return false
+	}
+	ctx := context.Background()
+	for i := range 40 {
+		var errs []error
+		_, _, err := db.Get(ctx, []byte("a"))
+		errs = append(errs, err, db.Put(ctx, []byte("a"), []byte("1")), db.Delete(ctx, []byte("a")))
+		_, err = db.Scan(ctx, nil, nil, 0)
+		errs = append(errs, err)
+		errs = append(errs, db.Txn(ctx, func(ctx context.Context, txn *Txn) error {
+			if _, _, err := txn.Get(ctx, []byte("b")); err != nil {
+				return err
+			}
+			if _, err := txn.Scan(ctx, nil, nil, 10); err != nil {
+				return err
+			}
+			return txn.Put(ctx, []byte("b"), []byte("2"))
+		}, WithAttemptsMax(2)))
+		for j, err := range errs {
+			if err != nil && !typed(err) {
+				t.Fatalf("round %d call %d: untyped error %v", i, j, err)
+			}
+		}
+	}
 }

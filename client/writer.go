@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 )
@@ -60,7 +61,11 @@ func (w syncWriter) write(ctx context.Context, key, value []byte, del bool) erro
 		if !ok {
 			return err
 		}
-		if len(pb.GetIntents()) > 0 && round < t.db.opts.IntentRoundsMax {
+		if len(pb.GetIntents()) > 0 {
+			if round >= t.db.opts.IntentRoundsMax {
+				return &RetryableError{Reason: ReasonIntentPending, Key: key, Ts: pb.GetIntents()[0].GetTxn().GetStartTs(),
+					Msg: fmt.Sprintf("intents kept appearing after %d rounds (IntentRoundsMax)", round)}
+			}
 			if err := t.db.resolveForeign(ctx, pb.GetIntents(), t.waiter()); err != nil {
 				return err
 			}
