@@ -84,12 +84,14 @@ type Node struct {
 
 	mu struct {
 		sync.RWMutex
-		nodeID       uint64
-		settings     *rpcpb.ClusterSettings
-		nodes        map[uint64]string
-		replicas     map[uint64]*rangeReplica
-		conns        map[string]*grpc.ClientConn
-		oracleLeader bool
+		nodeID   uint64
+		settings *rpcpb.ClusterSettings
+		nodes    map[uint64]string
+		replicas map[uint64]*rangeReplica
+		conns    map[string]*grpc.ClientConn
+		// oracleTerm is the Raft term in which this node leads range 1
+		// and hosts the oracle; 0 when it does not.
+		oracleTerm uint64
 	}
 	bootstrapMu sync.Mutex
 	stopc       chan struct{}

@@ -72,40 +72,52 @@ func (p *oraclePersister) LoadBound(ctx context.Context) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
-// checkOracleLeadership resets the oracle whenever this node gains or
-// loses the leadership of range 1.
-func (n *Node) checkOracleLeadership() {
+// checkOracleLeadership resets the oracle whenever the leadership of
+// range 1 changes hands: lost, gained, or regained in a new term (another
+// leader may have won a window in between). It returns the term of the
+// current leadership, or 0 if this node does not lead range 1.
+func (n *Node) checkOracleLeadership() uint64 {
 	rr := n.replica(OracleRangeID)
-	lead := rr != nil && rr.r.Status().IsLeader
+	var term uint64
+	if rr != nil {
+		if st := rr.r.Status(); st.IsLeader {
+			term = st.Term
+		}
+	}
 	n.mu.Lock()
-	changed := lead != n.mu.oracleLeader
-	n.mu.oracleLeader = lead
+	changed := term != n.mu.oracleTerm
+	n.mu.oracleTerm = term
 	n.mu.Unlock()
 	if changed {
 		n.oracle.Reset()
 	}
+	return term
 }
 
 // allocateLocal hands out count timestamps if this node leads range 1.
-// After allocating, it confirms leadership with a quorum (ReadIndex): a
-// deposed leader, whose window may overlap a newer leader's, thus never
-// returns timestamps after the newer leader has started (I4).
+// After allocating, it confirms leadership with a quorum (ReadIndex) in the
+// same term as the window it allocated from: a deposed leader, whose window
+// may overlap a newer leader's, thus never returns timestamps after the
+// newer leader has started (I4).
 func (n *Node) allocateLocal(ctx context.Context, count uint32) (uint64, *rpcpb.Error) {
 	rr := n.replica(OracleRangeID)
 	if rr == nil {
 		e := pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "node n%d has no replica of range 1 (the oracle)", n.NodeID())
 		return 0, e
 	}
-	if !rr.r.Status().IsLeader {
+	term := n.checkOracleLeadership()
+	if term == 0 {
 		return 0, n.notLeaseholder(rr)
 	}
-	n.checkOracleLeadership()
 	first, err := n.oracle.Allocate(ctx, count)
 	if err != nil {
 		return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle: %v", err)
 	}
 	if err := rr.r.ReadIndex(ctx); err != nil {
 		return 0, n.proposeErr(rr, err)
+	}
+	if st := rr.r.Status(); !st.IsLeader || st.Term != term {
+		return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle: leadership of range 1 changed during allocation")
 	}
 	return first, nil
 }

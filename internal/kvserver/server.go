@@ -57,6 +57,7 @@ func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
 	}
 	w := isWrite(req.Requests[0])
 	keyMax := keys.KeyBytesMax + 64 // user keys plus the prefixes of system keys
+	putKeys := map[string]struct{}{}
 	for _, ru := range req.Requests {
 		if ru.Value == nil {
 			return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "empty request in batch")
@@ -79,6 +80,12 @@ func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
 			key = r.ResolveIntent.Key
 		case *rpcpb.RequestUnion_Put:
 			key, value = r.Put.Key, r.Put.Value
+			// Every Put of a batch takes the batch's one write timestamp,
+			// so two of them on one key would conflict with each other.
+			if _, dup := putKeys[string(key)]; dup {
+				return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "key %q is written twice in one batch", key)
+			}
+			putKeys[string(key)] = struct{}{}
 		case *rpcpb.RequestUnion_PlainGet:
 			key = r.PlainGet.Key
 		case *rpcpb.RequestUnion_PlainPut:
