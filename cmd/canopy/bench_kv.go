@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/bench"
+	"github.com/canopy-db/canopy/internal/bench/kvbench"
+	"github.com/canopy-db/canopy/internal/storage"
+	"github.com/canopy-db/canopy/internal/testcluster"
+	"github.com/spf13/cobra"
+)
+
+type benchKVOptions struct {
+	host         string
+	concurrency  []int
+	readPercents []int
+	fsync        []string
+	nodes        int
+	ranges       int
+	out          string
+	kv           kvbench.Options
+}
+
+func init() {
+	var o benchKVOptions
+	cmd := &cobra.Command{
+		Use:   "kv",
+		Short: "Single-key Put/Get throughput and p50/p99 latency against concurrency",
+		Long: `Runs single-key Puts and Gets outside transactions with N concurrent clients
+(goroutines sharing one client), one run per workload (--read-percent) and
+concurrency. Every run is bounded by --duration and by --ops-max. Prints a
+table, writes <out>.csv and <out>.png, and states the machine.
+
+Without --host it starts a 3-node cluster in this process, on loopback, in a
+temporary directory; --fsync on,off then runs everything twice, on a cluster
+that syncs every Raft write and on one that does not (figures comparable
+within the one run).`,
+		Example: `  canopy bench kv --concurrency 1,4,16,64 --value-bytes 256 --duration 10s
+  canopy bench kv --host 127.0.0.1:26257 --read-percent 50 --out ""`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runBenchKV(ctx, o, strings.Join(os.Args, " "))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.host, "host", "", "comma-separated addresses of a running cluster (default: start a 3-node cluster in this process)")
+	f.IntSliceVar(&o.concurrency, "concurrency", []int{1, 4, 16, 64}, "concurrent clients; one run per value")
+	f.IntSliceVar(&o.readPercents, "read-percent", []int{0, 100, 50}, "percent of operations that are Gets; one workload per value")
+	f.IntVar(&o.kv.ValueBytes, "value-bytes", 256, "bytes per value")
+	f.IntVar(&o.kv.Keys, "keys", 10000, "keys in the keyspace (all written once before the runs)")
+	f.DurationVar(&o.kv.Duration, "duration", 10*time.Second, "measured time of each run (at most)")
+	f.Int64Var(&o.kv.OpsMax, "ops-max", 1_000_000, "operations of each run (at most)")
+	f.DurationVar(&o.kv.Warmup, "warmup", time.Second, "uncounted warm-up at the start of each run")
+	f.StringSliceVar(&o.fsync, "fsync", []string{"on"}, "in-process cluster only: on, off, or on,off to compare in one run (off is unsafe: benchmarks only)")
+	f.IntVar(&o.nodes, "nodes", 3, "in-process cluster only: nodes")
+	f.IntVar(&o.ranges, "initial-ranges", 6, "in-process cluster only: user ranges to pre-split into")
+	f.StringVar(&o.out, "out", "docs/bench/kv", "prefix of the CSV and PNG files (empty: write none)")
+	benchCmd.AddCommand(cmd)
+}
+
+func runBenchKV(ctx context.Context, o benchKVOptions, command string) error {
+	o.kv.EnsureDefaults()
+	if err := o.kv.Validate(); err != nil {
+		return err
+	}
+	for _, c := range o.concurrency {
+		if c < 1 || c > kvbench.ConcurrencyMax {
+			return fmt.Errorf("--concurrency %d not in [1, %d]", c, kvbench.ConcurrencyMax)
+		}
+	}
+	for _, p := range o.readPercents {
+		if p < 0 || p > 100 {
+			return fmt.Errorf("--read-percent %d not in [0, 100]", p)
+		}
+	}
+	for _, s := range o.fsync {
+		if s != "on" && s != "off" {
+			return fmt.Errorf("--fsync %q: want on or off", s)
+		}
+	}
+	if o.host != "" && (len(o.fsync) != 1 || o.fsync[0] != "on") {
+		return fmt.Errorf("--fsync applies to the in-process cluster only; a cluster at --host syncs as it was started")
+	}
+	if len(o.concurrency) == 0 || len(o.readPercents) == 0 || len(o.fsync) == 0 {
+		return fmt.Errorf("--concurrency, --read-percent and --fsync need at least one value")
+	}
+
+	m := bench.ThisMachine()
+	fmt.Printf("canopy bench kv\n  command:  %s\n  machine:  %s\n", command, m)
+	fmt.Printf("  workload: %d keys, %d-byte values, runs of at most %v and %d ops after a %v warm-up, one client.DB shared by the workers\n",
+		o.kv.Keys, o.kv.ValueBytes, o.kv.Duration, o.kv.OpsMax, o.kv.Warmup)
+
+	var rows []kvbench.Row
+	for _, fs := range o.fsync {
+		label := "remote"
+		if o.host == "" {
+			label = map[string]string{"on": "fsync", "off": "no fsync"}[fs]
+		}
+		more, err := benchKVCluster(ctx, o, fs == "off", label)
+		rows = append(rows, more...)
+		if err != nil {
+			return err
+		}
+	}
+	if len(o.fsync) > 1 { // one table over both clusters
+		fmt.Println()
+		fmt.Println(kvbench.TableHeader)
+		for _, r := range rows {
+			kvbench.WriteTableRow(os.Stdout, r)
+		}
+	}
+	for _, r := range rows {
+		if r.Errors > 0 || r.NotFound > 0 {
+			fmt.Printf("  %s c=%d: %d errors (first: %s), %d gets found nothing\n",
+				kvbench.WorkloadName(r.ReadPercent), r.Concurrency, r.Errors, r.FirstError, r.NotFound)
+		}
+	}
+	if o.out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
+		return err
+	}
+	if err := kvbench.WriteCSV(o.out+".csv", rows, m); err != nil {
+		return err
+	}
+	title := fmt.Sprintf("canopy bench kv: %d-byte values, %d keys", o.kv.ValueBytes, o.kv.Keys)
+	if o.host == "" {
+		title += fmt.Sprintf(", %d nodes in one process on loopback", o.nodes)
+	}
+	if err := kvbench.WritePlot(o.out+".png", title, rows, m); err != nil {
+		return err
+	}
+	fmt.Printf("\nwrote %s.csv and %s.png\n", o.out, o.out)
+	return nil
+}
+
+// benchKVCluster runs every workload and concurrency against one cluster:
+// the one at --host, or a new in-process one. It returns the rows done so
+// far with any error.
+func benchKVCluster(ctx context.Context, o benchKVOptions, noSync bool, label string) ([]kvbench.Row, error) {
+	addrs := splitHosts(o.host)
+	if o.host == "" {
+		fmt.Printf("\n[%s] starting a %d-node cluster in this process (%d user ranges, Raft tick 100ms)...\n", label, o.nodes, o.ranges)
+		c, err := testcluster.Start(testcluster.Options{
+			Nodes: o.nodes, InitialRanges: o.ranges, TickInterval: 100 * time.Millisecond,
+			Storage: storage.Options{NoSync: noSync},
+			Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		})
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		addrs = c.Addrs()
+	}
+	db, err := client.Open(ctx, addrs)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	fmt.Printf("[%s] loading %d keys...\n", label, o.kv.Keys)
+	start := time.Now()
+	if err := kvbench.Load(ctx, db, o.kv); err != nil {
+		return nil, err
+	}
+	fmt.Printf("[%s] loaded in %.1fs\n", label, time.Since(start).Seconds())
+	fmt.Println(kvbench.TableHeader)
+	kv := o.kv
+	kv.Progress = os.Stderr
+	var rows []kvbench.Row
+	for _, rp := range o.readPercents {
+		for _, c := range o.concurrency {
+			r, err := kvbench.Run(ctx, db, kv, rp, c)
+			if err != nil {
+				return rows, err
+			}
+			row := kvbench.Row{Cluster: label, ValueBytes: o.kv.ValueBytes, Keys: o.kv.Keys, Result: r}
+			kvbench.WriteTableRow(os.Stdout, row)
+			rows = append(rows, row)
+		}
+	}
+	return rows, nil
+}
+
+func splitHosts(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}

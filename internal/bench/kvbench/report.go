@@ -1,0 +1,112 @@
+package kvbench
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/canopy-db/canopy/internal/bench"
+	"github.com/canopy-db/canopy/internal/bench/plot"
+)
+
+// Row is a Result with the settings it ran under, as printed and written.
+type Row struct {
+	// Cluster names the cluster's configuration, e.g. "fsync" or
+	// "no fsync"; rows of different clusters are different series.
+	Cluster    string
+	ValueBytes int
+	Keys       int
+	Result
+}
+
+// Series names the row's line in plots: workload, and cluster if several.
+func (r Row) Series(manyClusters bool) string {
+	if manyClusters {
+		return WorkloadName(r.ReadPercent) + ", " + r.Cluster
+	}
+	return WorkloadName(r.ReadPercent)
+}
+
+// TableHeader is the header of the table WriteTableRow prints under.
+const TableHeader = "workload        cluster    conc       ops      secs      ops/s   p50 ms   p99 ms   max ms  errors"
+
+// WriteTableRow prints one row, aligned under TableHeader. Figures are
+// printed as measured: ops/s to 0.1, latencies to 0.01 ms.
+func WriteTableRow(w io.Writer, r Row) {
+	fmt.Fprintf(w, "%-15s %-10s %4d  %8d  %8.2f  %9.1f  %7.2f  %7.2f  %7.2f  %6d\n",
+		WorkloadName(r.ReadPercent), r.Cluster, r.Concurrency, r.Ops, r.Elapsed.Seconds(), r.OpsPerSecond(),
+		Millis(r.All.P50), Millis(r.All.P99), Millis(r.All.Max), r.Errors)
+}
+
+var csvHeader = []string{
+	"workload", "read_percent", "cluster", "concurrency", "value_bytes", "keys",
+	"ops", "reads", "writes", "errors", "not_found", "seconds", "ops_per_second",
+	"p50_ms", "p99_ms", "max_ms", "get_p50_ms", "get_p99_ms", "put_p50_ms", "put_p99_ms",
+	"machine",
+}
+
+// WriteCSV writes the rows, one per line after a header; the machine is a
+// column so that the file stands on its own.
+func WriteCSV(path string, rows []Row, m bench.Machine) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write(csvHeader)
+	ms := func(d float64) string { return strconv.FormatFloat(d, 'f', 3, 64) }
+	for _, r := range rows {
+		_ = w.Write([]string{
+			WorkloadName(r.ReadPercent), strconv.Itoa(r.ReadPercent), r.Cluster, strconv.Itoa(r.Concurrency),
+			strconv.Itoa(r.ValueBytes), strconv.Itoa(r.Keys),
+			strconv.FormatInt(r.Ops, 10), strconv.FormatInt(r.Reads, 10), strconv.FormatInt(r.Writes, 10),
+			strconv.FormatInt(r.Errors, 10), strconv.FormatInt(r.NotFound, 10),
+			strconv.FormatFloat(r.Elapsed.Seconds(), 'f', 3, 64), strconv.FormatFloat(r.OpsPerSecond(), 'f', 1, 64),
+			ms(Millis(r.All.P50)), ms(Millis(r.All.P99)), ms(Millis(r.All.Max)),
+			ms(Millis(r.Read.P50)), ms(Millis(r.Read.P99)), ms(Millis(r.Write.P50)), ms(Millis(r.Write.P99)),
+			m.String(),
+		})
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// WritePlot writes a PNG of throughput, p50 and p99 against concurrency,
+// one line per workload (and cluster).
+func WritePlot(path, title string, rows []Row, m bench.Machine) error {
+	clusters := map[string]bool{}
+	for _, r := range rows {
+		clusters[r.Cluster] = true
+	}
+	var order []string
+	idx := map[string]int{}
+	var tput, p50, p99 []plot.Series
+	for _, r := range rows {
+		name := r.Series(len(clusters) > 1)
+		i, ok := idx[name]
+		if !ok {
+			i = len(order)
+			idx[name] = i
+			order = append(order, name)
+			tput = append(tput, plot.Series{Name: name})
+			p50 = append(p50, plot.Series{Name: name})
+			p99 = append(p99, plot.Series{Name: name})
+		}
+		x := float64(r.Concurrency)
+		tput[i].X, tput[i].Y = append(tput[i].X, x), append(tput[i].Y, r.OpsPerSecond())
+		p50[i].X, p50[i].Y = append(p50[i].X, x), append(p50[i].Y, Millis(r.All.P50))
+		p99[i].X, p99[i].Y = append(p99[i].X, x), append(p99[i].Y, Millis(r.All.P99))
+	}
+	img := plot.Grid(title, "measured on "+m.String(), 3, 460, 340,
+		plot.LineChart{Title: "throughput", XLabel: "concurrent clients", YLabel: "ops/s", LogX: true, Series: tput},
+		plot.LineChart{Title: "p50 latency", XLabel: "concurrent clients", YLabel: "ms", LogX: true, Series: p50},
+		plot.LineChart{Title: "p99 latency", XLabel: "concurrent clients", YLabel: "ms", LogX: true, Series: p99},
+	)
+	return plot.WritePNG(path, img)
+}
