@@ -125,6 +125,9 @@ func runBenchKV(ctx context.Context, o benchKVOptions, command string) error {
 				kvbench.WorkloadName(r.ReadPercent), r.Concurrency, r.Errors, r.FirstError, r.NotFound)
 		}
 	}
+	if end := bench.ThisMachine().LoadAverage; end != "" {
+		fmt.Printf("load average at end: %s (at start: %s; %d CPUs)\n", end, m.LoadAverage, m.CPUs)
+	}
 	if o.out == "" {
 		return nil
 	}
