@@ -27,6 +27,9 @@ type Config struct {
 	StoreDir string
 	// ListenAddr is the gRPC listen address, host:port. Port 0 picks one.
 	ListenAddr string
+	// Listener, if set, is used instead of listening on ListenAddr (tests
+	// reserve ports this way without a window for others to take them).
+	Listener net.Listener
 	// AdvertiseAddr is the address peers and clients use; default: the
 	// address actually listened on.
 	AdvertiseAddr string
@@ -119,10 +122,12 @@ func Start(cfg Config) (*Node, error) {
 	n.transport = newTransport(n)
 	n.oracle = tso.New(tso.Options{}, &oraclePersister{n: n})
 
-	lis, err := net.Listen("tcp", cfg.ListenAddr)
-	if err != nil {
-		_ = eng.Close()
-		return nil, fmt.Errorf("kvserver: listen on %s: %w", cfg.ListenAddr, err)
+	lis := cfg.Listener
+	if lis == nil {
+		if lis, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
+			_ = eng.Close()
+			return nil, fmt.Errorf("kvserver: listen on %s: %w", cfg.ListenAddr, err)
+		}
 	}
 	n.lis = lis
 	if n.cfg.AdvertiseAddr == "" {

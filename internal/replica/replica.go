@@ -144,6 +144,7 @@ type Replica struct {
 		transfer  uint64
 		unreach   []uint64
 		snapFails []uint64
+		started   bool
 		stopped   bool
 	}
 	notify chan struct{}
@@ -225,20 +226,37 @@ func New(cfg Config) (*Replica, error) {
 }
 
 // Start runs the replica's loop until Stop.
-func (r *Replica) Start() { go r.loop() }
+func (r *Replica) Start() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.started || r.mu.stopped {
+		return
+	}
+	r.mu.started = true
+	go r.loop()
+}
 
-// Stop ends the loop and fails waiting callers. It waits for the loop.
+// Stop ends the loop and fails waiting callers. It waits for the loop if
+// it was started; a replica never started just becomes unusable.
 func (r *Replica) Stop() {
 	r.mu.Lock()
 	if r.mu.stopped {
+		started := r.mu.started
 		r.mu.Unlock()
-		<-r.donec
+		if started {
+			<-r.donec
+		}
 		return
 	}
 	r.mu.stopped = true
+	started := r.mu.started
 	r.mu.Unlock()
 	close(r.stopc)
-	<-r.donec
+	if started {
+		<-r.donec
+	} else {
+		r.failAll(ErrStopped)
+	}
 }
 
 // RangeID returns the range's ID.

@@ -76,18 +76,27 @@ func Start(opts Options) (*Cluster, error) {
 		}
 		c.dir, c.ownDir = d, true
 	}
-	// Reserve ports so every node knows every address before it starts.
+	// Listen first so every node knows every address before it starts;
+	// the listeners are handed to the nodes, leaving no window in which
+	// another process could take a port.
+	var lis []net.Listener
 	for i := 0; i < opts.Nodes; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
+			for _, l := range lis {
+				_ = l.Close()
+			}
 			return nil, err
 		}
+		lis = append(lis, l)
 		c.addrs = append(c.addrs, l.Addr().String())
-		_ = l.Close()
 	}
 	c.nodes = make([]*kvserver.Node, opts.Nodes)
 	for i := range c.addrs {
-		if err := c.startNode(i); err != nil {
+		if err := c.startNode(i, lis[i]); err != nil {
+			for _, l := range lis[i+1:] {
+				_ = l.Close()
+			}
 			c.Close()
 			return nil, err
 		}
@@ -121,10 +130,11 @@ func Start(opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-func (c *Cluster) startNode(i int) error {
+func (c *Cluster) startNode(i int, lis net.Listener) error {
 	n, err := kvserver.Start(kvserver.Config{
 		StoreDir:     filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
 		ListenAddr:   c.addrs[i],
+		Listener:     lis,
 		Join:         c.addrs,
 		TickInterval: c.opts.TickInterval,
 		Storage:      c.opts.Storage,
@@ -167,7 +177,7 @@ func (c *Cluster) StopNode(i int) {
 func (c *Cluster) RestartNode(i int) error {
 	var err error
 	for attempt := 0; attempt < 50; attempt++ {
-		if err = c.startNode(i); err == nil {
+		if err = c.startNode(i, nil); err == nil {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond) // the port may linger briefly
