@@ -1,0 +1,380 @@
+package testcluster_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/testcluster"
+	"github.com/canopy-db/canopy/internal/testcluster/check"
+)
+
+// The bank workload of these tests: accounts whose balances move between
+// one another in serializable transfer transactions. Beyond the total
+// (check.CheckBankTotal), every transfer also writes a receipt key of its
+// own in the same transaction, recording (from, to, amount). After the run
+// one snapshot read of the accounts and receipts must show:
+//
+//   - the total unchanged (I1, I3: no money created or destroyed);
+//   - the receipt of every acknowledged transfer (I2: no acknowledged
+//     commit lost);
+//   - no receipt of a transfer the client reported as not committed (I1:
+//     the client's answer matches the status table);
+//   - every balance equal to the initial balance replayed through the
+//     receipts found (I1: a transfer's three writes commit together, or
+//     none does). Receipts of ambiguous transfers may or may not be there;
+//     the replay uses what is there.
+//
+// Accounts are spread over two ranges (two thirds in one, so that one
+// range is the busiest), so most transfers commit across ranges.
+
+const bankInitialBalance = 1000
+
+type bankWorkload struct {
+	accounts int
+	keys     [][]byte
+
+	mu struct {
+		sync.Mutex
+		acked     map[string]bool // receipt keys of acknowledged transfers
+		failed    map[string]bool // of transfers that definitely did not commit
+		ambiguous map[string]bool
+		errs      map[string]int // error classes of failed or ambiguous transfers
+	}
+	committed atomic.Int64
+}
+
+func newBankWorkload(accounts int) *bankWorkload {
+	b := &bankWorkload{accounts: accounts}
+	for i := 0; i < accounts; i++ {
+		// '0' (0x30) and 'a' (0x61) fall in different ranges when the
+		// user keyspace is pre-split at its first byte (InitialRanges 4).
+		prefix := "a"
+		if i%3 == 0 {
+			prefix = "0"
+		}
+		b.keys = append(b.keys, []byte(fmt.Sprintf("%sacct/%05d", prefix, i)))
+	}
+	b.mu.acked = map[string]bool{}
+	b.mu.failed = map[string]bool{}
+	b.mu.ambiguous = map[string]bool{}
+	b.mu.errs = map[string]int{}
+	return b
+}
+
+func encodeBalance(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
+
+func decodeBalance(v []byte) (int64, error) {
+	if len(v) != 8 {
+		return 0, fmt.Errorf("balance of %d bytes, want 8", len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v)), nil
+}
+
+const receiptPrefix = "receipt/"
+
+func receiptKey(worker, seq int) []byte {
+	return []byte(fmt.Sprintf("%s%02d/%06d", receiptPrefix, worker, seq))
+}
+
+// setup writes every account, in parallel transactions of 100 accounts.
+func (b *bankWorkload) setup(t *testing.T, db *client.DB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), setupDeadline)
+	defer cancel()
+	start := time.Now()
+	const batch = 100
+	var wg sync.WaitGroup
+	errs := make(chan error, b.accounts/batch+1)
+	for lo := 0; lo < b.accounts; lo += batch {
+		hi := min(lo+batch, b.accounts)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+				for i := lo; i < hi; i++ {
+					if err := txn.Put(ctx, b.keys[i], encodeBalance(bankInitialBalance)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("bank setup: %v", err)
+		}
+	}
+	t.Logf("bank: %d accounts written in %v", b.accounts, time.Since(start).Round(time.Millisecond))
+}
+
+// transfer runs one transfer with its receipt and records its outcome.
+func (b *bankWorkload) transfer(ctx context.Context, db *client.DB, rng *rand.Rand, worker, seq int) error {
+	from := rng.IntN(b.accounts)
+	to := rng.IntN(b.accounts - 1)
+	if to >= from {
+		to++
+	}
+	receipt := receiptKey(worker, seq)
+	err := db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+		fv, ok, err := txn.Get(ctx, b.keys[from])
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("account %q missing", b.keys[from])
+		}
+		tv, ok, err := txn.Get(ctx, b.keys[to])
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("account %q missing", b.keys[to])
+		}
+		fb, err := decodeBalance(fv)
+		if err != nil {
+			return err
+		}
+		tb, err := decodeBalance(tv)
+		if err != nil {
+			return err
+		}
+		amount := int64(0)
+		if fb > 0 {
+			amount = 1 + rng.Int64N(min(fb, 100))
+		}
+		if err := txn.Put(ctx, b.keys[from], encodeBalance(fb-amount)); err != nil {
+			return err
+		}
+		if err := txn.Put(ctx, b.keys[to], encodeBalance(tb+amount)); err != nil {
+			return err
+		}
+		r := binary.BigEndian.AppendUint32(nil, uint32(from))
+		r = binary.BigEndian.AppendUint32(r, uint32(to))
+		r = binary.BigEndian.AppendUint64(r, uint64(amount))
+		return txn.Put(ctx, receipt, r)
+	})
+	committed, ambiguous := testcluster.TxnOutcome(err)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case committed:
+		b.mu.acked[string(receipt)] = true
+		b.committed.Add(1)
+	case ambiguous:
+		b.mu.ambiguous[string(receipt)] = true
+	default:
+		b.mu.failed[string(receipt)] = true
+	}
+	if err != nil {
+		b.mu.errs[errClass(err)]++
+	}
+	return err
+}
+
+// errClass names an error's class for the summary.
+func errClass(err error) string {
+	switch {
+	case errors.Is(err, client.ErrRetryable):
+		return "retryable (attempts exhausted)"
+	case errors.Is(err, client.ErrAmbiguous):
+		return "ambiguous"
+	case errors.Is(err, client.ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return "deadline"
+	case errors.Is(err, client.ErrInvalidArgument):
+		return "invalid argument"
+	}
+	return "other: " + err.Error()
+}
+
+// run runs total transfers on workers goroutines (each with its own
+// client), calling n.done after each.
+func (b *bankWorkload) run(t *testing.T, dbs []*client.DB, seed uint64, total int, n *nemesis) {
+	t.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	go watchProgress(t, "bank", b.committed.Load, stop)
+	start := time.Now()
+	for w := range dbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(w)))
+			for seq := 0; ; seq++ {
+				if next.Add(1) > int64(total) {
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), opDeadline)
+				_ = b.transfer(ctx, dbs[w], rng, w, seq)
+				cancel()
+				if n != nil {
+					n.done()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var classes []string
+	for c, k := range b.mu.errs {
+		classes = append(classes, fmt.Sprintf("%s: %d", c, k))
+	}
+	sort.Strings(classes)
+	t.Logf("bank: %d transfers in %v: %d committed, %d failed, %d ambiguous; errors: %s",
+		total, time.Since(start).Round(time.Millisecond), len(b.mu.acked), len(b.mu.failed), len(b.mu.ambiguous), strings.Join(classes, ", "))
+}
+
+// verify reads the accounts and receipts in one transaction and checks
+// everything listed at the top of this file.
+func (b *bankWorkload) verify(t *testing.T, db *client.DB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), setupDeadline)
+	defer cancel()
+	balances := map[string]int64{}
+	receipts := map[string][]byte{}
+	err := db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+		clear(balances)
+		clear(receipts)
+		for _, prefix := range []string{"0acct/", "aacct/"} {
+			kvs, err := txn.Scan(ctx, []byte(prefix), []byte(prefix+"\xff"), 0)
+			if err != nil {
+				return err
+			}
+			for _, kv := range kvs {
+				v, err := decodeBalance(kv.Value)
+				if err != nil {
+					return fmt.Errorf("account %q: %w", kv.Key, err)
+				}
+				balances[string(kv.Key)] = v
+			}
+		}
+		kvs, err := txn.Scan(ctx, []byte(receiptPrefix), []byte(receiptPrefix+"\xff"), 0)
+		if err != nil {
+			return err
+		}
+		for _, kv := range kvs {
+			receipts[string(kv.Key)] = kv.Value
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("reading the final balances: %v", err)
+	}
+	if len(balances) != b.accounts {
+		t.Errorf("found %d accounts, want %d", len(balances), b.accounts)
+	}
+	if err := check.CheckBankTotal(balances, int64(b.accounts)*bankInitialBalance); err != nil {
+		t.Errorf("I1/I3: %v", err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	lost := 0
+	for k := range b.mu.acked {
+		if _, ok := receipts[k]; !ok {
+			if lost++; lost <= 10 {
+				t.Errorf("I2: acknowledged transfer %s is lost (no receipt)", k)
+			}
+		}
+	}
+	phantom := 0
+	for k := range b.mu.failed {
+		if _, ok := receipts[k]; ok {
+			if phantom++; phantom <= 10 {
+				t.Errorf("I1: transfer %s was reported as not committed, but its receipt exists", k)
+			}
+		}
+	}
+	ambiguousCommitted := 0
+	for k := range b.mu.ambiguous {
+		if _, ok := receipts[k]; ok {
+			ambiguousCommitted++
+		}
+	}
+	// Replay the receipts from the initial balances.
+	want := make([]int64, b.accounts)
+	for i := range want {
+		want[i] = bankInitialBalance
+	}
+	for k, r := range receipts {
+		if !b.mu.acked[k] && !b.mu.failed[k] && !b.mu.ambiguous[k] {
+			t.Errorf("receipt %s was never written by a transfer", k)
+			continue
+		}
+		if len(r) != 16 {
+			t.Errorf("receipt %s has %d bytes, want 16", k, len(r))
+			continue
+		}
+		from, to := binary.BigEndian.Uint32(r), binary.BigEndian.Uint32(r[4:])
+		amount := int64(binary.BigEndian.Uint64(r[8:]))
+		if int(from) >= b.accounts || int(to) >= b.accounts {
+			t.Errorf("receipt %s names accounts %d and %d of %d", k, from, to, b.accounts)
+			continue
+		}
+		want[from] -= amount
+		want[to] += amount
+	}
+	mismatched := 0
+	for i, k := range b.keys {
+		if got, ok := balances[string(k)]; ok && got != want[i] {
+			if mismatched++; mismatched <= 10 {
+				t.Errorf("I1: account %q holds %d, but the receipts found say %d", k, got, want[i])
+			}
+		}
+	}
+	t.Logf("bank: total %d holds; %d receipts found: %d acknowledged (all present), %d of %d ambiguous transfers committed",
+		int64(b.accounts)*bankInitialBalance, len(receipts), len(b.mu.acked), ambiguousCommitted, len(b.mu.ambiguous))
+}
+
+// bankSizes returns the accounts, transfers and workers of a bank test.
+func bankSizes() (accounts, transfers, workers int) {
+	if testing.Short() {
+		return 300, 150, 4
+	}
+	return 1000, 450, 6
+}
+
+// TestBankLeaderKill runs concurrent transfers on three nodes, stops the
+// leaseholder of the accounts' busiest range after a third of the
+// transfers and restarts it after two thirds. The bank invariants hold
+// (I1, I2, I3), and once the workload stops every range's replicas hold
+// the same data at the same applied index (I5).
+func TestBankLeaderKill(t *testing.T) {
+	seed := testSeed(t)
+	accounts, transfers, workers := bankSizes()
+	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4})
+	admin := openDB(t, c)
+	b := newBankWorkload(accounts)
+	b.setup(t, admin)
+	dbs := make([]*client.DB, workers)
+	for i := range dbs {
+		dbs[i] = openDB(t, c)
+	}
+	n := startNemesis(t, c, transfers, leaseholderPicker(t, admin, c, b.keys))
+	b.run(t, dbs, seed, transfers, n)
+	n.finish()
+	b.verify(t, admin)
+	// Quiesce: the workload is over; close the clients so that their
+	// heartbeats and intent resolution stop too.
+	for _, db := range dbs {
+		_ = db.Close()
+	}
+	_ = admin.Close()
+	checkReplicas(t, c)
+}

@@ -1,0 +1,283 @@
+package testcluster_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/testcluster"
+)
+
+// Deadlines of the liveness waits. None decides a pass: each only bounds
+// how long a test waits for something that must eventually happen before
+// it fails with a message saying what did not happen.
+const (
+	// setupDeadline bounds starting a cluster, opening clients and loading
+	// initial data.
+	setupDeadline = 90 * time.Second
+	// opDeadline bounds one client operation or transaction (with its
+	// retries) during a workload with faults.
+	opDeadline = 30 * time.Second
+	// progressDeadline is how long a workload may go without completing
+	// any operation before the test fails as stuck.
+	progressDeadline = 60 * time.Second
+	// convergeDeadline bounds the wait for replicas to reach one applied
+	// index after the workload stopped (I5 check).
+	convergeDeadline = 60 * time.Second
+)
+
+// testSeed returns the seed of a test's randomized parts: CANOPY_SEED if
+// set, else the clock. It is logged so that a failure can be replayed (the
+// workload's choices replay; the cluster's timing does not).
+func testSeed(t *testing.T) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("CANOPY_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("CANOPY_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (rerun with CANOPY_SEED=%d)", seed, seed)
+	return seed
+}
+
+// startCluster starts a cluster in t's temporary directory and closes it
+// when t ends.
+func startCluster(t *testing.T, o testcluster.Options) *testcluster.Cluster {
+	t.Helper()
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	start := time.Now()
+	c, err := testcluster.Start(o)
+	if err != nil {
+		t.Fatalf("starting cluster: %v", err)
+	}
+	t.Cleanup(c.Close)
+	t.Logf("cluster of %d nodes up in %v: %v", len(c.Addrs()), time.Since(start).Round(time.Millisecond), c.Addrs())
+	return c
+}
+
+// openDB opens a client on every node's address and closes it when t
+// ends.
+func openDB(t *testing.T, c *testcluster.Cluster, opts ...client.Option) *client.DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), setupDeadline)
+	defer cancel()
+	db, err := client.Open(ctx, c.Addrs(), opts...)
+	if err != nil {
+		t.Fatalf("opening client: %v", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// busiestRange returns the range that holds the most of ks (logical user
+// keys) and the 0-based index of its leaseholder, as the meta range
+// reports it (falling back on the node that says it leads the range). It
+// may run outside the test's goroutine, so it returns errors rather than
+// failing the test.
+func busiestRange(ctx context.Context, db *client.DB, c *testcluster.Cluster, ks [][]byte) (rangeID uint64, node int, err error) {
+	ranges, err := db.Ranges(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("listing ranges: %w", err)
+	}
+	best, bestCount := -1, 0
+	for i, r := range ranges {
+		n := 0
+		for _, k := range ks {
+			uk := keys.UserKey(k)
+			if bytes.Compare(r.Desc.GetStartKey(), uk) <= 0 && bytes.Compare(uk, r.Desc.GetEndKey()) < 0 {
+				n++
+			}
+		}
+		if n > bestCount {
+			best, bestCount = i, n
+		}
+	}
+	if best < 0 {
+		return 0, 0, fmt.Errorf("no range holds any of the %d keys", len(ks))
+	}
+	r := ranges[best]
+	rangeID = r.Desc.GetRangeId()
+	if r.LeaseholderNodeID != 0 {
+		return rangeID, int(r.LeaseholderNodeID) - 1, nil
+	}
+	// The lookup did not know the leaseholder: ask the nodes.
+	for ctx.Err() == nil {
+		if i := c.LeaderOf(rangeID); i >= 0 {
+			return rangeID, i, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return 0, 0, fmt.Errorf("range %d has no leader: %w", rangeID, ctx.Err())
+}
+
+// leaseholderPicker returns a nemesis pick function that stops the
+// leaseholder of the range holding the most of ks.
+func leaseholderPicker(t *testing.T, db *client.DB, c *testcluster.Cluster, ks [][]byte) func() int {
+	return func() int {
+		ctx, cancel := context.WithTimeout(context.Background(), setupDeadline)
+		defer cancel()
+		rid, node, err := busiestRange(ctx, db, c, ks)
+		if err != nil {
+			t.Errorf("finding the node to stop: %v; stopping n1", err)
+			return 0
+		}
+		t.Logf("nemesis: stopping n%d, leaseholder of range %d (the busiest of the workload's keys)", node+1, rid)
+		return node
+	}
+}
+
+// nemesis stops one node after a third of a workload's operations have
+// completed and restarts it after two thirds. The workload reports each
+// completed operation with done; pick chooses the node to stop when the
+// time comes (the leaseholder of the busy range, at that moment).
+type nemesis struct {
+	t        *testing.T
+	c        *testcluster.Cluster
+	total    int64
+	pick     func() int
+	progress atomic.Int64
+
+	mu      sync.Mutex
+	stopped int // -1 before the stop and after the restart
+	events  []string
+	phase   int // 0: before the stop, 1: stopped, 2: restarted
+	err     error
+	wake    chan struct{}
+	wg      sync.WaitGroup
+	started time.Time
+}
+
+// startNemesis starts the nemesis goroutine for a workload of total
+// operations.
+func startNemesis(t *testing.T, c *testcluster.Cluster, total int, pick func() int) *nemesis {
+	n := &nemesis{t: t, c: c, total: int64(total), pick: pick, stopped: -1, wake: make(chan struct{}, 1), started: time.Now()}
+	n.wg.Add(1)
+	go n.run()
+	return n
+}
+
+// done reports one completed operation (successful or not).
+func (n *nemesis) done() {
+	n.progress.Add(1)
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (n *nemesis) run() {
+	defer n.wg.Done()
+	for n.phaseNow() < 2 {
+		<-n.wake
+		p := n.progress.Load()
+		switch {
+		case n.phaseNow() == 0 && p >= n.total/3:
+			i := n.pick()
+			n.c.StopNode(i)
+			n.mu.Lock()
+			n.stopped, n.phase = i, 1
+			n.events = append(n.events, fmt.Sprintf("%v: stopped n%d after %d/%d operations", time.Since(n.started).Round(time.Millisecond), i+1, p, n.total))
+			n.mu.Unlock()
+		case n.phaseNow() == 1 && p >= 2*n.total/3:
+			n.mu.Lock()
+			i := n.stopped
+			n.mu.Unlock()
+			err := n.c.RestartNode(i)
+			n.mu.Lock()
+			n.stopped, n.phase, n.err = -1, 2, err
+			n.events = append(n.events, fmt.Sprintf("%v: restarted n%d after %d/%d operations", time.Since(n.started).Round(time.Millisecond), i+1, p, n.total))
+			n.mu.Unlock()
+		}
+	}
+}
+
+func (n *nemesis) phaseNow() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.phase
+}
+
+// finish ends the nemesis once the workload is over: a node still stopped
+// (the workload ended before two thirds were reported) is restarted. It
+// logs the events and fails the test if a restart failed or no node was
+// ever stopped.
+func (n *nemesis) finish() {
+	n.t.Helper()
+	n.mu.Lock()
+	if n.phase < 2 {
+		// Unblock run: it exits at phase 2.
+		phase, stopped := n.phase, n.stopped
+		n.phase = 2
+		n.mu.Unlock()
+		n.done()
+		n.wg.Wait()
+		if phase == 1 {
+			if err := n.c.RestartNode(stopped); err != nil {
+				n.t.Fatalf("restarting n%d: %v", stopped+1, err)
+			}
+			n.events = append(n.events, fmt.Sprintf("restarted n%d at the end", stopped+1))
+		}
+		if phase == 0 {
+			n.t.Errorf("the nemesis never stopped a node (%d of %d operations reported)", n.progress.Load(), n.total)
+		}
+	} else {
+		n.mu.Unlock()
+		n.wg.Wait()
+	}
+	for _, e := range n.events {
+		n.t.Log("nemesis: " + e)
+	}
+	if n.err != nil {
+		n.t.Fatalf("nemesis: restart failed: %v", n.err)
+	}
+}
+
+// watchProgress fails the test if count stops moving for progressDeadline
+// before stop is closed. It is the only clock-based judgement in these
+// tests, and only of liveness: a minute without one completed operation.
+func watchProgress(t *testing.T, what string, count func() int64, stop <-chan struct{}) {
+	last, lastAt := count(), time.Now()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		if c := count(); c != last {
+			last, lastAt = c, time.Now()
+			continue
+		}
+		if time.Since(lastAt) > progressDeadline {
+			t.Errorf("%s: no operation completed for %v (stuck at %d)", what, progressDeadline, last)
+			return
+		}
+	}
+}
+
+// checkReplicas checks invariant I5 once the workload has stopped.
+func checkReplicas(t *testing.T, c *testcluster.Cluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), convergeDeadline)
+	defer cancel()
+	start := time.Now()
+	n, err := c.CheckReplicas(ctx)
+	if err != nil {
+		t.Fatalf("I5: %v", err)
+	}
+	t.Logf("I5: the replicas of all %d ranges hold the same data at the same applied index (converged in %v)", n, time.Since(start).Round(time.Millisecond))
+}
