@@ -299,6 +299,10 @@ func (t *Txn) Rollback(ctx context.Context) error {
 	}
 	d, err := t.abort(ctx)
 	if err != nil {
+		if s == txnUnknown {
+			// The ambiguous commit may still have applied.
+			t.setState(txnUnknown)
+		}
 		return err
 	}
 	if !d.aborted() {
@@ -325,7 +329,9 @@ func (t *Txn) abort(ctx context.Context) (decision, error) {
 	d, err := t.db.abortTxn(actx, t.startTs)
 	if err != nil {
 		// Not decided: stop heartbeating, so that others abort it once the
-		// record expires. It never commits: we make no further attempt.
+		// record expires. It does not commit: no commit point was applied
+		// (callers after an ambiguous commit restore txnUnknown) and we
+		// make no further attempt.
 		t.stopHeartbeat()
 		t.setState(txnAborted)
 		t.db.stats.aborts.add(1)
