@@ -64,6 +64,7 @@ func init() {
 func init() {
 	var host, encoding string
 	var ranges, rf int
+	var pq, np uint64
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Bootstrap a new cluster from the nodes named in --join of the node at --host",
@@ -77,7 +78,8 @@ func init() {
 			defer cancel()
 			resp, err := rpcpb.NewKVClient(conn).Bootstrap(ctx, &rpcpb.BootstrapRequest{
 				InitialRanges: uint32(ranges),
-				Settings:      &rpcpb.ClusterSettings{StatusEncoding: encoding, ReplicationFactor: uint32(rf)},
+				Settings: &rpcpb.ClusterSettings{StatusEncoding: encoding, ReplicationFactor: uint32(rf),
+					TicketsPartitioningQuantum: pq, TicketsRowsPerQuantum: np},
 			})
 			if err != nil {
 				return fmt.Errorf("contacting %s: %w", host, err)
@@ -95,5 +97,7 @@ func init() {
 	cmd.Flags().IntVar(&ranges, "initial-ranges", 1, fmt.Sprintf("pre-split the user keyspace into this many ranges (at most %d)", kvserver.InitialRangesMax))
 	cmd.Flags().IntVar(&rf, "replication-factor", 3, "replicas per range (capped at the number of nodes)")
 	cmd.Flags().StringVar(&encoding, "status-encoding", "tickets", "transaction status table encoding: tickets or v1")
+	cmd.Flags().Uint64Var(&pq, "tickets-partitioning-quantum", kvserver.DefaultPartitioningQuantum, "tickets encoding: timestamps per partition (PQ)")
+	cmd.Flags().Uint64Var(&np, "tickets-rows-per-quantum", kvserver.DefaultRowsPerQuantum, "tickets encoding: rows per partition (NP); must divide PQ")
 	rootCmd.AddCommand(cmd)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/canopy-db/canopy/internal/mvcc"
 	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/txnstatus"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -23,8 +24,8 @@ const (
 	StatusRanges = 4
 	// InitialRangesMax bounds --initial-ranges.
 	InitialRangesMax           = 256
-	DefaultPartitioningQuantum = 25_000_000
-	DefaultRowsPerQuantum      = 16
+	DefaultPartitioningQuantum = txnstatus.DefaultPartitioningQuantum
+	DefaultRowsPerQuantum      = txnstatus.DefaultRowsPerQuantum
 )
 
 // InitialLayout returns the ranges of a new cluster: the system ranges and
@@ -98,6 +99,9 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 	}
 	if settings.TicketsRowsPerQuantum == 0 {
 		settings.TicketsRowsPerQuantum = DefaultRowsPerQuantum
+	}
+	if _, err := txnstatus.NewTickets(settings.TicketsPartitioningQuantum, settings.TicketsRowsPerQuantum); err != nil {
+		return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "tickets encoding: %v", err)
 	}
 	if settings.ReplicationFactor == 0 {
 		settings.ReplicationFactor = DefaultReplicationFactor
