@@ -41,9 +41,10 @@ concurrency. Every run is bounded by --duration and by --ops-max. Prints a
 table, writes <out>.csv and <out>.png, and states the machine.
 
 Without --host it starts a 3-node cluster in this process, on loopback, in a
-temporary directory; --fsync on,off then runs everything twice, on a cluster
-that syncs every Raft write and on one that does not (figures comparable
-within the one run).`,
+temporary directory; --fsync on,off then starts two clusters, one that syncs
+every Raft write and one that does not, and runs each workload and
+concurrency on one right after the other (figures comparable within the
+one run).`,
 		Example: `  canopy bench kv --concurrency 1,4,16,64 --value-bytes 256 --duration 10s
   canopy bench kv --host 127.0.0.1:26257 --read-percent 50 --out ""`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -100,23 +101,44 @@ func runBenchKV(ctx context.Context, o benchKVOptions, command string) error {
 	fmt.Printf("  workload: %d keys, %d-byte values, runs of at most %v and %d ops after a %v warm-up, one client.DB shared by the workers\n",
 		o.kv.Keys, o.kv.ValueBytes, o.kv.Duration, o.kv.OpsMax, o.kv.Warmup)
 
-	var rows []kvbench.Row
+	// Every cluster is started and loaded first; then each workload and
+	// concurrency runs on one cluster after the other, so that a
+	// comparison between clusters (fsync on and off) is taken minutes
+	// apart at most, under the same background load, rather than in two
+	// halves of the run.
+	var targets []benchTarget
+	defer func() {
+		for _, tg := range targets {
+			tg.close()
+		}
+	}()
 	for _, fs := range o.fsync {
 		label := "remote"
 		if o.host == "" {
 			label = map[string]string{"on": "fsync", "off": "no fsync"}[fs]
 		}
-		more, err := benchKVCluster(ctx, o, fs == "off", label)
-		rows = append(rows, more...)
+		tg, err := openBenchTarget(ctx, o, fs == "off", label)
 		if err != nil {
 			return err
 		}
+		targets = append(targets, tg)
 	}
-	if len(o.fsync) > 1 { // one table over both clusters
-		fmt.Println()
-		fmt.Println(kvbench.TableHeader)
-		for _, r := range rows {
-			kvbench.WriteTableRow(os.Stdout, r)
+	fmt.Println()
+	fmt.Println(kvbench.TableHeader)
+	kv := o.kv
+	kv.Progress = os.Stderr
+	var rows []kvbench.Row
+	for _, rp := range o.readPercents {
+		for _, c := range o.concurrency {
+			for _, tg := range targets {
+				r, err := kvbench.Run(ctx, tg.db, kv, rp, c)
+				if err != nil {
+					return err
+				}
+				row := kvbench.Row{Cluster: tg.label, ValueBytes: o.kv.ValueBytes, Keys: o.kv.Keys, Result: r}
+				kvbench.WriteTableRow(os.Stdout, row)
+				rows = append(rows, row)
+			}
 		}
 	}
 	for _, r := range rows {
@@ -148,51 +170,53 @@ func runBenchKV(ctx context.Context, o benchKVOptions, command string) error {
 	return nil
 }
 
-// benchKVCluster runs every workload and concurrency against one cluster:
-// the one at --host, or a new in-process one. It returns the rows done so
-// far with any error.
-func benchKVCluster(ctx context.Context, o benchKVOptions, noSync bool, label string) ([]kvbench.Row, error) {
+// benchTarget is a loaded cluster and a client of it.
+type benchTarget struct {
+	label   string
+	db      *client.DB
+	cluster *testcluster.Cluster // nil for --host
+}
+
+func (tg benchTarget) close() {
+	_ = tg.db.Close()
+	if tg.cluster != nil {
+		tg.cluster.Close()
+	}
+}
+
+// openBenchTarget connects to the cluster at --host, or starts a new
+// in-process one, and writes every key once.
+func openBenchTarget(ctx context.Context, o benchKVOptions, noSync bool, label string) (benchTarget, error) {
+	tg := benchTarget{label: label}
 	addrs := splitHosts(o.host)
 	if o.host == "" {
-		fmt.Printf("\n[%s] starting a %d-node cluster in this process (%d user ranges, Raft tick 100ms)...\n", label, o.nodes, o.ranges)
+		fmt.Printf("[%s] starting a %d-node cluster in this process (%d user ranges, Raft tick 100ms)...\n", label, o.nodes, o.ranges)
 		c, err := testcluster.Start(testcluster.Options{
 			Nodes: o.nodes, InitialRanges: o.ranges, TickInterval: 100 * time.Millisecond,
 			Storage: storage.Options{NoSync: noSync},
 			Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 		})
 		if err != nil {
-			return nil, err
+			return tg, err
 		}
-		defer c.Close()
-		addrs = c.Addrs()
+		tg.cluster, addrs = c, c.Addrs()
 	}
 	db, err := client.Open(ctx, addrs)
 	if err != nil {
-		return nil, err
+		if tg.cluster != nil {
+			tg.cluster.Close()
+		}
+		return tg, err
 	}
-	defer db.Close()
+	tg.db = db
 	fmt.Printf("[%s] loading %d keys...\n", label, o.kv.Keys)
 	start := time.Now()
 	if err := kvbench.Load(ctx, db, o.kv); err != nil {
-		return nil, err
+		tg.close()
+		return tg, err
 	}
 	fmt.Printf("[%s] loaded in %.1fs\n", label, time.Since(start).Seconds())
-	fmt.Println(kvbench.TableHeader)
-	kv := o.kv
-	kv.Progress = os.Stderr
-	var rows []kvbench.Row
-	for _, rp := range o.readPercents {
-		for _, c := range o.concurrency {
-			r, err := kvbench.Run(ctx, db, kv, rp, c)
-			if err != nil {
-				return rows, err
-			}
-			row := kvbench.Row{Cluster: label, ValueBytes: o.kv.ValueBytes, Keys: o.kv.Keys, Result: r}
-			kvbench.WriteTableRow(os.Stdout, row)
-			rows = append(rows, row)
-		}
-	}
-	return rows, nil
+	return tg, nil
 }
 
 func splitHosts(s string) []string {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/canopy-db/canopy/internal/bench"
+	"github.com/canopy-db/canopy/internal/bench/latency"
 	"github.com/canopy-db/canopy/internal/bench/plot"
 )
 
@@ -57,7 +58,17 @@ func WriteCSV(path string, rows []Row, m bench.Machine) error {
 	w := csv.NewWriter(f)
 	_ = w.Write(csvHeader)
 	ms := func(d float64) string { return strconv.FormatFloat(d, 'f', 3, 64) }
+	// Latencies of an operation kind the workload did not issue are empty
+	// cells, not zeros.
+	pct := func(s latency.Snapshot) (p50, p99 string) {
+		if s.Count == 0 {
+			return "", ""
+		}
+		return ms(Millis(s.P50)), ms(Millis(s.P99))
+	}
 	for _, r := range rows {
+		getP50, getP99 := pct(r.Read)
+		putP50, putP99 := pct(r.Write)
 		_ = w.Write([]string{
 			WorkloadName(r.ReadPercent), strconv.Itoa(r.ReadPercent), r.Cluster, strconv.Itoa(r.Concurrency),
 			strconv.Itoa(r.ValueBytes), strconv.Itoa(r.Keys),
@@ -65,7 +76,7 @@ func WriteCSV(path string, rows []Row, m bench.Machine) error {
 			strconv.FormatInt(r.Errors, 10), strconv.FormatInt(r.NotFound, 10),
 			strconv.FormatFloat(r.Elapsed.Seconds(), 'f', 3, 64), strconv.FormatFloat(r.OpsPerSecond(), 'f', 1, 64),
 			ms(Millis(r.All.P50)), ms(Millis(r.All.P99)), ms(Millis(r.All.Max)),
-			ms(Millis(r.Read.P50)), ms(Millis(r.Read.P99)), ms(Millis(r.Write.P50)), ms(Millis(r.Write.P99)),
+			getP50, getP99, putP50, putP99,
 			m.String(),
 		})
 	}
