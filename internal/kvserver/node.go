@@ -17,7 +17,9 @@ import (
 	"github.com/canopy-db/canopy/internal/tso"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -99,6 +101,26 @@ type Node struct {
 	bootstrapMu sync.Mutex
 	stopc       chan struct{}
 	wg          sync.WaitGroup
+	// handlers counts RPC handlers in flight: grpc.Server.Stop cancels
+	// them but does not wait, and they read the engine, so Stop waits
+	// for them before closing it.
+	handlers sync.WaitGroup
+	// handlersMu orders handlers.Add against Stop's handlers.Wait.
+	handlersMu      sync.RWMutex
+	handlersStopped bool
+}
+
+// trackHandler is a unary interceptor counting handlers in flight.
+func (n *Node) trackHandler(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	n.handlersMu.RLock()
+	if n.handlersStopped {
+		n.handlersMu.RUnlock()
+		return nil, status.Error(codes.Unavailable, "node is stopping")
+	}
+	n.handlers.Add(1)
+	n.handlersMu.RUnlock()
+	defer n.handlers.Done()
+	return h(ctx, req)
 }
 
 // Node-local keys.
@@ -143,7 +165,8 @@ func Start(cfg Config) (*Node, error) {
 		_ = eng.Close()
 		return nil, err
 	}
-	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
+	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
+		grpc.UnaryInterceptor(n.trackHandler))
 	rpcpb.RegisterKVServer(n.srv, &kvService{n: n})
 	rpcpb.RegisterInternalServer(n.srv, &internalService{n: n})
 	n.wg.Add(3)
@@ -193,6 +216,10 @@ func (n *Node) Stop() {
 	for _, c := range conns {
 		_ = c.Close()
 	}
+	n.handlersMu.Lock()
+	n.handlersStopped = true
+	n.handlersMu.Unlock()
+	n.handlers.Wait()
 	n.wg.Wait()
 	_ = n.eng.Close()
 }
