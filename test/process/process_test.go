@@ -406,7 +406,9 @@ func leaseholderOf(c *cluster, db *client.DB, userKey string) (slot int, rangeID
 // being written, writes and reads continuing once a new leader is elected,
 // restart of the killed node with the same store and flags, and then a
 // check that every acknowledged write is readable and that the restarted
-// node rejoined with its data (the range's quorum then needs it).
+// node rejoined with its data (the range's quorum then needs it); last,
+// every node is killed at once and restarted, and nothing acknowledged is
+// lost.
 func TestThreeProcessesKillLeaseholder(t *testing.T) {
 	needBinary(t)
 	c := newCluster(t, 3)
@@ -543,6 +545,17 @@ func TestThreeProcessesKillLeaseholder(t *testing.T) {
 	})
 	c.start(other)
 	c.waitLive(3)
+
+	// Every node killed at once and restarted: what was acknowledged was
+	// on disk (fsynced) in a quorum of stores.
+	for i := range c.nodes {
+		c.kill9(i)
+	}
+	for i := range c.nodes {
+		c.start(i)
+	}
+	c.waitLive(3)
+	checkAcked("after kill -9 of every node and restart")
 }
 
 // caughtUp reports nil once the replica of rangeID on node slot has
