@@ -13,6 +13,7 @@ import (
 
 	"github.com/canopy-db/canopy/client"
 	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/kvserver"
 	"github.com/canopy-db/canopy/internal/testcluster"
 )
 
@@ -123,7 +124,7 @@ func busiestRange(ctx context.Context, db *client.DB, c *testcluster.Cluster, ks
 	return 0, 0, fmt.Errorf("range %d has no leader: %w", rangeID, ctx.Err())
 }
 
-// leaseholderPicker returns a nemesis pick function that stops the
+// leaseholderPicker returns a nemesis pick function that chooses the
 // leaseholder of the range holding the most of ks.
 func leaseholderPicker(t *testing.T, db *client.DB, c *testcluster.Cluster, ks [][]byte) func() int {
 	return func() int {
@@ -134,36 +135,82 @@ func leaseholderPicker(t *testing.T, db *client.DB, c *testcluster.Cluster, ks [
 			t.Errorf("finding the node to stop: %v; stopping n1", err)
 			return 0
 		}
-		t.Logf("nemesis: stopping n%d, leaseholder of range %d (the busiest of the workload's keys)", node+1, rid)
+		t.Logf("nemesis: chose n%d, leaseholder of range %d (the busiest of the workload's keys)", node+1, rid)
 		return node
 	}
 }
 
-// nemesis stops one node after a third of a workload's operations have
-// completed and restarts it after two thirds. The workload reports each
-// completed operation with done; pick chooses the node to stop when the
-// time comes (the leaseholder of the busy range, at that moment).
+// fault is what a nemesis injects: inject starts it and returns what it
+// did and the function that ends it.
+type fault func() (desc string, heal func() (string, error))
+
+// killFault stops the node pick chooses (when the time comes) and
+// restarts it from its store when healed.
+func killFault(c *testcluster.Cluster, pick func() int) fault {
+	return func() (string, func() (string, error)) {
+		i := pick()
+		c.StopNode(i)
+		return fmt.Sprintf("stopped n%d", i+1), func() (string, error) {
+			return fmt.Sprintf("restarted n%d", i+1), c.RestartNode(i)
+		}
+	}
+}
+
+// partitionFault cuts every Raft link of the node pick chooses, in both
+// directions (its transport drops what it sends to the others, theirs drop
+// what they send to it), and restores them when healed. Client connections
+// to the node are not cut: clients keep sending it requests, which it must
+// not serve from a stale view.
+func partitionFault(c *testcluster.Cluster, pick func() int) fault {
+	set := func(i int, f kvserver.LinkFault) {
+		for j := range c.Addrs() {
+			if j == i {
+				continue
+			}
+			if n := c.Node(i); n != nil {
+				n.SetLinkFault(uint64(j+1), f)
+			}
+			if n := c.Node(j); n != nil {
+				n.SetLinkFault(uint64(i+1), f)
+			}
+		}
+	}
+	return func() (string, func() (string, error)) {
+		i := pick()
+		set(i, kvserver.LinkFault{Drop: true})
+		return fmt.Sprintf("partitioned n%d", i+1), func() (string, error) {
+			set(i, kvserver.LinkFault{})
+			return fmt.Sprintf("healed the partition of n%d", i+1), nil
+		}
+	}
+}
+
+// nemesis injects a fault after a third of a workload's operations have
+// completed and heals it after two thirds. The workload reports each
+// completed operation with done.
 type nemesis struct {
-	t        *testing.T
-	c        *testcluster.Cluster
-	total    int64
-	pick     func() int
+	t      *testing.T
+	total  int64
+	inject fault
+	wake   chan struct{}
+	wg     sync.WaitGroup
+	start  time.Time
+
 	progress atomic.Int64
 
-	mu      sync.Mutex
-	stopped int // -1 before the stop and after the restart
-	events  []string
-	phase   int // 0: before the stop, 1: stopped, 2: restarted
-	err     error
-	wake    chan struct{}
-	wg      sync.WaitGroup
-	started time.Time
+	mu struct {
+		sync.Mutex
+		phase  int // 0: before the fault, 1: during, 2: healed (or finished)
+		heal   func() (string, error)
+		events []string
+		err    error
+	}
 }
 
 // startNemesis starts the nemesis goroutine for a workload of total
 // operations.
-func startNemesis(t *testing.T, c *testcluster.Cluster, total int, pick func() int) *nemesis {
-	n := &nemesis{t: t, c: c, total: int64(total), pick: pick, stopped: -1, wake: make(chan struct{}, 1), started: time.Now()}
+func startNemesis(t *testing.T, total int, inject fault) *nemesis {
+	n := &nemesis{t: t, total: int64(total), inject: inject, wake: make(chan struct{}, 1), start: time.Now()}
 	n.wg.Add(1)
 	go n.run()
 	return n
@@ -178,70 +225,76 @@ func (n *nemesis) done() {
 	}
 }
 
+func (n *nemesis) event(format string, args ...any) {
+	n.mu.events = append(n.mu.events, fmt.Sprintf("%v: ", time.Since(n.start).Round(time.Millisecond))+fmt.Sprintf(format, args...))
+}
+
 func (n *nemesis) run() {
 	defer n.wg.Done()
-	for n.phaseNow() < 2 {
-		<-n.wake
+	for range n.wake {
 		p := n.progress.Load()
+		n.mu.Lock()
+		phase := n.mu.phase
+		n.mu.Unlock()
 		switch {
-		case n.phaseNow() == 0 && p >= n.total/3:
-			i := n.pick()
-			n.c.StopNode(i)
+		case phase == 2:
+			return
+		case phase == 0 && p >= n.total/3:
+			desc, heal := n.inject()
 			n.mu.Lock()
-			n.stopped, n.phase = i, 1
-			n.events = append(n.events, fmt.Sprintf("%v: stopped n%d after %d/%d operations", time.Since(n.started).Round(time.Millisecond), i+1, p, n.total))
+			n.event("%s after %d/%d operations", desc, p, n.total)
+			if n.mu.phase == 0 {
+				n.mu.phase, n.mu.heal = 1, heal
+			} else {
+				// finish ran while the fault was being injected.
+				desc, err := heal()
+				n.event("%s at the end", desc)
+				if err != nil && n.mu.err == nil {
+					n.mu.err = fmt.Errorf("%s: %w", desc, err)
+				}
+			}
 			n.mu.Unlock()
-		case n.phaseNow() == 1 && p >= 2*n.total/3:
-			n.mu.Lock()
-			i := n.stopped
-			n.mu.Unlock()
-			err := n.c.RestartNode(i)
-			n.mu.Lock()
-			n.stopped, n.phase, n.err = -1, 2, err
-			n.events = append(n.events, fmt.Sprintf("%v: restarted n%d after %d/%d operations", time.Since(n.started).Round(time.Millisecond), i+1, p, n.total))
-			n.mu.Unlock()
+		case phase == 1 && p >= 2*n.total/3:
+			n.healNow(p)
 		}
 	}
 }
 
-func (n *nemesis) phaseNow() int {
+// healNow ends the fault if it is on.
+func (n *nemesis) healNow(p int64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.phase
+	if n.mu.phase == 1 {
+		desc, err := n.mu.heal()
+		n.event("%s after %d/%d operations", desc, p, n.total)
+		if err != nil && n.mu.err == nil {
+			n.mu.err = fmt.Errorf("%s: %w", desc, err)
+		}
+	}
+	n.mu.phase = 2
 }
 
-// finish ends the nemesis once the workload is over: a node still stopped
-// (the workload ended before two thirds were reported) is restarted. It
-// logs the events and fails the test if a restart failed or no node was
-// ever stopped.
+// finish ends the nemesis once the workload is over, healing a fault that
+// is still on. It logs the events and fails the test if healing failed or
+// no fault was ever injected.
 func (n *nemesis) finish() {
 	n.t.Helper()
 	n.mu.Lock()
-	if n.phase < 2 {
-		// Unblock run: it exits at phase 2.
-		phase, stopped := n.phase, n.stopped
-		n.phase = 2
-		n.mu.Unlock()
-		n.done()
-		n.wg.Wait()
-		if phase == 1 {
-			if err := n.c.RestartNode(stopped); err != nil {
-				n.t.Fatalf("restarting n%d: %v", stopped+1, err)
-			}
-			n.events = append(n.events, fmt.Sprintf("restarted n%d at the end", stopped+1))
-		}
-		if phase == 0 {
-			n.t.Errorf("the nemesis never stopped a node (%d of %d operations reported)", n.progress.Load(), n.total)
-		}
-	} else {
-		n.mu.Unlock()
-		n.wg.Wait()
-	}
-	for _, e := range n.events {
+	injected := n.mu.phase > 0
+	n.mu.Unlock()
+	n.healNow(n.progress.Load())
+	close(n.wake)
+	n.wg.Wait()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, e := range n.mu.events {
 		n.t.Log("nemesis: " + e)
 	}
-	if n.err != nil {
-		n.t.Fatalf("nemesis: restart failed: %v", n.err)
+	if !injected {
+		n.t.Errorf("the nemesis never injected its fault (%d of %d operations reported)", n.progress.Load(), n.total)
+	}
+	if n.mu.err != nil {
+		n.t.Fatalf("nemesis: %v", n.mu.err)
 	}
 }
 

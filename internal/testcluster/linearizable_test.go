@@ -29,6 +29,19 @@ import (
 // error may hide an applied write (Unknown). A get that failed returned
 // nothing and is recorded as Failed, which the checker drops.
 func TestLinearizableSingleKeyOps(t *testing.T) {
+	runLinearizable(t, killFault)
+}
+
+// TestLinearizablePartition is TestLinearizableSingleKeyOps with the
+// keys' leaseholder partitioned (every Raft link dropped both ways, client
+// connections intact) instead of stopped: a leader cut off from its
+// followers must not answer a Get from its stale state or acknowledge a
+// Put it cannot replicate.
+func TestLinearizablePartition(t *testing.T) {
+	runLinearizable(t, partitionFault)
+}
+
+func runLinearizable(t *testing.T, makeFault func(*testcluster.Cluster, func() int) fault) {
 	seed := testSeed(t)
 	clients, opsPerClient := 8, 150
 	if testing.Short() {
@@ -46,7 +59,7 @@ func TestLinearizableSingleKeyOps(t *testing.T) {
 		dbs[i] = openDB(t, c)
 	}
 	total := clients * opsPerClient
-	n := startNemesis(t, c, total, leaseholderPicker(t, admin, c, ks))
+	n := startNemesis(t, total, makeFault(c, leaseholderPicker(t, admin, c, ks)))
 	h := testcluster.NewHistory()
 	var okOps atomic.Int64
 	stop := make(chan struct{})

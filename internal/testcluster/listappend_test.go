@@ -93,7 +93,7 @@ func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.
 		dbs[i] = openDB(t, c)
 	}
 	total := workers * txnsPerWorker
-	n := startNemesis(t, c, total, leaseholderPicker(t, admin, c, rawKeys))
+	n := startNemesis(t, total, killFault(c, leaseholderPicker(t, admin, c, rawKeys)))
 	h := testcluster.NewHistory()
 	var nextValue atomic.Int64
 	var committedCount atomic.Int64
