@@ -133,7 +133,7 @@ func errorFromPB(pb *rpcpb.Error) error {
 		return fmt.Errorf("%w: %s", ErrAmbiguous, pb.GetMessage())
 	case rpcpb.ErrorCode_WRITE_CONFLICT:
 		return &RetryableError{Reason: ReasonWriteTooOld, Ts: pb.GetExistingTs(), Msg: pb.GetMessage()}
-	case rpcpb.ErrorCode_READ_CONFLICT:
+	case rpcpb.ErrorCode_READ_CONFLICT, rpcpb.ErrorCode_TS_BELOW_GC_THRESHOLD:
 		return &RetryableError{Reason: ReasonReadConflict, Msg: pb.GetMessage()}
 	case rpcpb.ErrorCode_INTENT_FOUND:
 		return &RetryableError{Reason: ReasonIntentPending, Msg: pb.GetMessage()}

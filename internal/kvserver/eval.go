@@ -105,9 +105,30 @@ func evalWrite(b *storage.Batch, desc *rpcpb.RangeDescriptor, req *rpcpb.BatchRe
 }
 
 // evalRead evaluates read requests on r, a snapshot current with the log.
-func evalRead(r storage.Reader, desc *rpcpb.RangeDescriptor, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+// A read at a timestamp below gcThreshold is refused: versions it needs may
+// have been collected.
+func evalRead(r storage.Reader, desc *rpcpb.RangeDescriptor, gcThreshold uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
 	resp := &rpcpb.BatchResponse{Responses: make([]*rpcpb.ResponseUnion, 0, len(req.Requests))}
 	fail := func(e *rpcpb.Error) *rpcpb.BatchResponse { return &rpcpb.BatchResponse{Error: e} }
+	belowGC := func(ts uint64) *rpcpb.BatchResponse {
+		return fail(pbErr(rpcpb.ErrorCode_TS_BELOW_GC_THRESHOLD, "timestamp %d is below range r%d's GC threshold %d (versions older than the GC TTL are collected)", ts, desc.GetRangeId(), gcThreshold))
+	}
+	for _, ru := range req.Requests {
+		switch q := ru.Value.(type) {
+		case *rpcpb.RequestUnion_Get:
+			if q.Get.Ts != 0 && q.Get.Ts < gcThreshold {
+				return belowGC(q.Get.Ts)
+			}
+		case *rpcpb.RequestUnion_Scan:
+			if q.Scan.Ts != 0 && q.Scan.Ts < gcThreshold {
+				return belowGC(q.Scan.Ts)
+			}
+		case *rpcpb.RequestUnion_Refresh:
+			if q.Refresh.FromTs < gcThreshold {
+				return belowGC(q.Refresh.FromTs)
+			}
+		}
+	}
 	for _, ru := range req.Requests {
 		var out rpcpb.ResponseUnion
 		switch q := ru.Value.(type) {

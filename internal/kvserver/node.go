@@ -48,8 +48,14 @@ type Config struct {
 	// BalanceInterval is how often leaders check leaseholder placement and
 	// meta records (default 1s).
 	BalanceInterval time.Duration
-	Storage         storage.Options
-	Logger          *slog.Logger
+	// GCTTL is how long old versions stay readable (default 10 minutes):
+	// a transaction older than this gets TS_BELOW_GC_THRESHOLD and retries.
+	GCTTL time.Duration
+	// GCInterval is how often a leader collects old versions of its
+	// ranges (default 1 minute).
+	GCInterval time.Duration
+	Storage    storage.Options
+	Logger     *slog.Logger
 }
 
 func (c *Config) ensureDefaults() error {
@@ -70,6 +76,12 @@ func (c *Config) ensureDefaults() error {
 	}
 	if c.BalanceInterval == 0 {
 		c.BalanceInterval = time.Second
+	}
+	if c.GCTTL == 0 {
+		c.GCTTL = 10 * time.Minute
+	}
+	if c.GCInterval == 0 {
+		c.GCInterval = time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -169,10 +181,11 @@ func Start(cfg Config) (*Node, error) {
 		grpc.UnaryInterceptor(n.trackHandler))
 	rpcpb.RegisterKVServer(n.srv, &kvService{n: n})
 	rpcpb.RegisterInternalServer(n.srv, &internalService{n: n})
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go func() { defer n.wg.Done(); _ = n.srv.Serve(lis) }()
 	go n.tickLoop()
 	go n.balanceLoop()
+	go n.gcLoop()
 	return n, nil
 }
 
@@ -484,10 +497,11 @@ func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) {
 		// A snapshot may only initialize a replica if its span overlaps no
 		// other replica here: otherwise that replica has yet to apply the
 		// split that created this range, and would still write into it.
-		d, _, err := snapshotDesc(m.Snapshot.Data)
+		st, _, err := snapshotState(m.Snapshot.Data)
 		if err != nil {
 			return
 		}
+		d := st.Range
 		for _, other := range n.replicaList() {
 			od := other.sm.Desc()
 			if other.r.RangeID() != rm.RangeId && od != nil &&

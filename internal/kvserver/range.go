@@ -133,6 +133,8 @@ func (s *rangeSM) Apply(eng *storage.Engine, index uint64, data []byte) (*storag
 			panic(err)
 		}
 		return b, &rpcpb.BatchResponse{}, nil
+	case c.Gc != nil:
+		return s.applyGC(b, desc, c.Gc)
 	case c.AllocRangeId != nil:
 		if !containsKey(desc, keys.RangeIDKey) {
 			return fail(pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "range ID counter outside r%d", s.rangeID))
@@ -229,8 +231,9 @@ func (s *rangeSM) applySplit(b *storage.Batch, desc *rpcpb.RangeDescriptor, sc *
 	return b, splitResult{left: left, right: right}, after
 }
 
-// Snapshot data: uvarint length + descriptor, then (uvarint length + key,
-// uvarint length + value) for every physical data key of the range.
+// Snapshot data: uvarint length + RangeState (descriptor, GC threshold),
+// then (uvarint length + key, uvarint length + value) for every physical
+// data key of the range.
 
 // SnapshotData implements replica.StateMachine.
 func (s *rangeSM) SnapshotData(r storage.Reader) ([]byte, error) {
@@ -238,12 +241,16 @@ func (s *rangeSM) SnapshotData(r storage.Reader) ([]byte, error) {
 	if desc == nil {
 		return nil, errors.New("uninitialized replica cannot make a snapshot")
 	}
-	db, err := proto.Marshal(desc)
+	gcThreshold, err := loadGCThreshold(r, s.rangeID)
 	if err != nil {
 		return nil, err
 	}
-	out := binary.AppendUvarint(nil, uint64(len(db)))
-	out = append(out, db...)
+	hb, err := proto.Marshal(&rpcpb.RangeState{Range: desc, GcThreshold: gcThreshold})
+	if err != nil {
+		return nil, err
+	}
+	out := binary.AppendUvarint(nil, uint64(len(hb)))
+	out = append(out, hb...)
 	err = mvcc.IterateSpan(r, desc.StartKey, desc.EndKey, func(k, v []byte) error {
 		out = binary.AppendUvarint(out, uint64(len(k)))
 		out = append(out, k...)
@@ -262,24 +269,25 @@ func nextChunk(data []byte) (chunk, rest []byte, err error) {
 	return data[w : w+int(n)], data[w+int(n):], nil
 }
 
-func snapshotDesc(data []byte) (*rpcpb.RangeDescriptor, []byte, error) {
-	db, rest, err := nextChunk(data)
+func snapshotState(data []byte) (*rpcpb.RangeState, []byte, error) {
+	hb, rest, err := nextChunk(data)
 	if err != nil {
 		return nil, nil, err
 	}
-	d := &rpcpb.RangeDescriptor{}
-	if err := proto.Unmarshal(db, d); err != nil {
-		return nil, nil, fmt.Errorf("kvserver: snapshot descriptor: %v: %w", err, storage.ErrCorruption)
+	st := &rpcpb.RangeState{}
+	if err := proto.Unmarshal(hb, st); err != nil || st.Range == nil {
+		return nil, nil, fmt.Errorf("kvserver: snapshot header: %v: %w", err, storage.ErrCorruption)
 	}
-	return d, rest, nil
+	return st, rest, nil
 }
 
 // ApplySnapshot implements replica.StateMachine.
 func (s *rangeSM) ApplySnapshot(b *storage.Batch, data []byte) (func(), error) {
-	desc, rest, err := snapshotDesc(data)
+	st, rest, err := snapshotState(data)
 	if err != nil {
 		return nil, err
 	}
+	desc := st.Range
 	if err := mvcc.ClearSpan(b, desc.StartKey, desc.EndKey); err != nil {
 		return nil, err
 	}
@@ -298,6 +306,9 @@ func (s *rangeSM) ApplySnapshot(b *storage.Batch, data []byte) (func(), error) {
 	if err := writeDesc(b, desc); err != nil {
 		return nil, err
 	}
+	if err := b.Set(storage.RangeLocalKey(desc.RangeId, storage.SuffixGCThreshold), binary.BigEndian.AppendUint64(nil, st.GcThreshold)); err != nil {
+		return nil, err
+	}
 	if err := b.Set(registryKey(desc.RangeId), nil); err != nil {
 		return nil, err
 	}
@@ -307,4 +318,53 @@ func (s *rangeSM) ApplySnapshot(b *storage.Batch, data []byte) (func(), error) {
 // registryKey marks, in node-local space, that this node holds rangeID.
 func registryKey(rangeID uint64) []byte {
 	return binary.BigEndian.AppendUint64(storage.NodeLocalKey("range/"), rangeID)
+}
+
+// loadGCThreshold returns the range's GC threshold: reads below it are
+// refused because versions they need may be gone.
+func loadGCThreshold(r storage.Reader, rangeID uint64) (uint64, error) {
+	v, err := r.Get(storage.RangeLocalKey(rangeID, storage.SuffixGCThreshold))
+	if errors.Is(err, storage.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("kvserver: GC threshold of r%d has %d bytes: %w", rangeID, len(v), storage.ErrCorruption)
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+type gcResult struct {
+	deleted int
+	resume  []byte
+}
+
+func (s *rangeSM) applyGC(b *storage.Batch, desc *rpcpb.RangeDescriptor, gc *rpcpb.GCCommand) (*storage.Batch, any, func()) {
+	if desc == nil {
+		b.Close()
+		return nil, &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_RANGE_NOT_FOUND, "r%d is not initialized", s.rangeID)}, nil
+	}
+	threshold, err := loadGCThreshold(b, s.rangeID)
+	if err != nil {
+		panic(err)
+	}
+	// The threshold never moves down: reads refused once stay refused.
+	threshold = max(threshold, gc.Threshold)
+	if err := b.Set(storage.RangeLocalKey(s.rangeID, storage.SuffixGCThreshold), binary.BigEndian.AppendUint64(nil, threshold)); err != nil {
+		panic(err)
+	}
+	start := desc.StartKey
+	if bytes.Compare(gc.StartKey, start) > 0 {
+		start = gc.StartKey
+	}
+	if bytes.Compare(start, desc.EndKey) >= 0 {
+		return b, gcResult{}, nil
+	}
+	n, resume, err := mvcc.GCLimited(b, start, desc.EndKey, threshold, int(max(gc.VersionsMax, 1)))
+	if err != nil {
+		panic(fmt.Sprintf("r%d: version GC: %v", s.rangeID, err))
+	}
+	return b, gcResult{deleted: n, resume: resume}, nil
 }

@@ -142,7 +142,11 @@ func (n *Node) read(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchReque
 	}
 	snap := n.eng.NewSnapshot()
 	defer snap.Close()
-	return evalRead(snap, rr.sm.Desc(), req)
+	gcThreshold, err := loadGCThreshold(snap, rr.r.RangeID())
+	if err != nil {
+		return &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)}
+	}
+	return evalRead(snap, rr.sm.Desc(), gcThreshold, req)
 }
 
 func (n *Node) write(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {

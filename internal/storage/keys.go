@@ -21,6 +21,7 @@ const (
 	SuffixDescriptor    byte = 'd' // -> range descriptor
 	SuffixTruncated     byte = 't' // -> index, term of the last truncated entry
 	SuffixConfState     byte = 'c' // -> raftpb.ConfState
+	SuffixGCThreshold   byte = 'g' // -> MVCC GC threshold (8 bytes BE)
 	SuffixRangeLocalEnd byte = 0xff
 )
 

@@ -35,8 +35,11 @@ type Options struct {
 	// ReadyTimeout bounds the wait for every range to have a leader
 	// (default 60s).
 	ReadyTimeout time.Duration
-	Storage      storage.Options
-	Logger       *slog.Logger
+	// GCTTL and GCInterval of version GC (kvserver defaults if zero).
+	GCTTL      time.Duration
+	GCInterval time.Duration
+	Storage    storage.Options
+	Logger     *slog.Logger
 }
 
 // Cluster is a running in-process cluster.
@@ -137,6 +140,8 @@ func (c *Cluster) startNode(i int, lis net.Listener) error {
 		Listener:     lis,
 		Join:         c.addrs,
 		TickInterval: c.opts.TickInterval,
+		GCTTL:        c.opts.GCTTL,
+		GCInterval:   c.opts.GCInterval,
 		Storage:      c.opts.Storage,
 		Logger:       c.opts.Logger,
 	})

@@ -59,6 +59,10 @@ const (
 	// The cluster is not bootstrapped yet (run canopy init).
 	ErrorCode_NOT_BOOTSTRAPPED ErrorCode = 10
 	ErrorCode_INTERNAL         ErrorCode = 11
+	// A read's timestamp is below the range's GC threshold: versions it
+	// would need may have been removed. Transactions retry with a new
+	// start_ts.
+	ErrorCode_TS_BELOW_GC_THRESHOLD ErrorCode = 12
 )
 
 // Enum value maps for ErrorCode.
@@ -76,20 +80,22 @@ var (
 		9:  "READ_CONFLICT",
 		10: "NOT_BOOTSTRAPPED",
 		11: "INTERNAL",
+		12: "TS_BELOW_GC_THRESHOLD",
 	}
 	ErrorCode_value = map[string]int32{
-		"OK":                 0,
-		"NOT_LEASEHOLDER":    1,
-		"RANGE_NOT_FOUND":    2,
-		"RANGE_KEY_MISMATCH": 3,
-		"WRITE_CONFLICT":     4,
-		"INTENT_FOUND":       5,
-		"INVALID_ARGUMENT":   6,
-		"UNAVAILABLE":        7,
-		"AMBIGUOUS":          8,
-		"READ_CONFLICT":      9,
-		"NOT_BOOTSTRAPPED":   10,
-		"INTERNAL":           11,
+		"OK":                    0,
+		"NOT_LEASEHOLDER":       1,
+		"RANGE_NOT_FOUND":       2,
+		"RANGE_KEY_MISMATCH":    3,
+		"WRITE_CONFLICT":        4,
+		"INTENT_FOUND":          5,
+		"INVALID_ARGUMENT":      6,
+		"UNAVAILABLE":           7,
+		"AMBIGUOUS":             8,
+		"READ_CONFLICT":         9,
+		"NOT_BOOTSTRAPPED":      10,
+		"INTERNAL":              11,
+		"TS_BELOW_GC_THRESHOLD": 12,
 	}
 )
 
@@ -3338,6 +3344,7 @@ type RaftCommand struct {
 	MetaUpdate    *MetaUpdateCommand   `protobuf:"bytes,4,opt,name=meta_update,json=metaUpdate,proto3" json:"meta_update,omitempty"`
 	AllocRangeId  *AllocRangeIDCommand `protobuf:"bytes,5,opt,name=alloc_range_id,json=allocRangeId,proto3" json:"alloc_range_id,omitempty"`
 	CasBound      *CASBoundCommand     `protobuf:"bytes,6,opt,name=cas_bound,json=casBound,proto3" json:"cas_bound,omitempty"`
+	Gc            *GCCommand           `protobuf:"bytes,7,opt,name=gc,proto3" json:"gc,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3414,6 +3421,129 @@ func (x *RaftCommand) GetCasBound() *CASBoundCommand {
 	return nil
 }
 
+func (x *RaftCommand) GetGc() *GCCommand {
+	if x != nil {
+		return x.Gc
+	}
+	return nil
+}
+
+// GCCommand removes versions shadowed at or below threshold (see mvcc.GC)
+// in [start_key, range end), at most versions_max of them, and raises the
+// range's GC threshold to threshold (never lowers it).
+type GCCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Threshold     uint64                 `protobuf:"varint,1,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	StartKey      []byte                 `protobuf:"bytes,2,opt,name=start_key,json=startKey,proto3" json:"start_key,omitempty"`
+	VersionsMax   uint32                 `protobuf:"varint,3,opt,name=versions_max,json=versionsMax,proto3" json:"versions_max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GCCommand) Reset() {
+	*x = GCCommand{}
+	mi := &file_canopy_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GCCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GCCommand) ProtoMessage() {}
+
+func (x *GCCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GCCommand.ProtoReflect.Descriptor instead.
+func (*GCCommand) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *GCCommand) GetThreshold() uint64 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
+}
+
+func (x *GCCommand) GetStartKey() []byte {
+	if x != nil {
+		return x.StartKey
+	}
+	return nil
+}
+
+func (x *GCCommand) GetVersionsMax() uint32 {
+	if x != nil {
+		return x.VersionsMax
+	}
+	return 0
+}
+
+// RangeState heads a range snapshot: what a replica needs besides data.
+type RangeState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Range         *RangeDescriptor       `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	GcThreshold   uint64                 `protobuf:"varint,2,opt,name=gc_threshold,json=gcThreshold,proto3" json:"gc_threshold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RangeState) Reset() {
+	*x = RangeState{}
+	mi := &file_canopy_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RangeState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RangeState) ProtoMessage() {}
+
+func (x *RangeState) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RangeState.ProtoReflect.Descriptor instead.
+func (*RangeState) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *RangeState) GetRange() *RangeDescriptor {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+func (x *RangeState) GetGcThreshold() uint64 {
+	if x != nil {
+		return x.GcThreshold
+	}
+	return 0
+}
+
 // SplitCommand splits the range at split_key; the right hand side becomes
 // range new_range_id with the same replicas.
 type SplitCommand struct {
@@ -3427,7 +3557,7 @@ type SplitCommand struct {
 
 func (x *SplitCommand) Reset() {
 	*x = SplitCommand{}
-	mi := &file_canopy_proto_msgTypes[54]
+	mi := &file_canopy_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +3569,7 @@ func (x *SplitCommand) String() string {
 func (*SplitCommand) ProtoMessage() {}
 
 func (x *SplitCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[54]
+	mi := &file_canopy_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,7 +3582,7 @@ func (x *SplitCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitCommand.ProtoReflect.Descriptor instead.
 func (*SplitCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{54}
+	return file_canopy_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SplitCommand) GetSplitKey() []byte {
@@ -3487,7 +3617,7 @@ type MetaUpdateCommand struct {
 
 func (x *MetaUpdateCommand) Reset() {
 	*x = MetaUpdateCommand{}
-	mi := &file_canopy_proto_msgTypes[55]
+	mi := &file_canopy_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3629,7 @@ func (x *MetaUpdateCommand) String() string {
 func (*MetaUpdateCommand) ProtoMessage() {}
 
 func (x *MetaUpdateCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[55]
+	mi := &file_canopy_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3642,7 @@ func (x *MetaUpdateCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaUpdateCommand.ProtoReflect.Descriptor instead.
 func (*MetaUpdateCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{55}
+	return file_canopy_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *MetaUpdateCommand) GetRange() *RangeDescriptor {
@@ -3531,7 +3661,7 @@ type AllocRangeIDCommand struct {
 
 func (x *AllocRangeIDCommand) Reset() {
 	*x = AllocRangeIDCommand{}
-	mi := &file_canopy_proto_msgTypes[56]
+	mi := &file_canopy_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3543,7 +3673,7 @@ func (x *AllocRangeIDCommand) String() string {
 func (*AllocRangeIDCommand) ProtoMessage() {}
 
 func (x *AllocRangeIDCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[56]
+	mi := &file_canopy_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3556,7 +3686,7 @@ func (x *AllocRangeIDCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocRangeIDCommand.ProtoReflect.Descriptor instead.
 func (*AllocRangeIDCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{56}
+	return file_canopy_proto_rawDescGZIP(), []int{58}
 }
 
 // CASBoundCommand sets the oracle's upper bound to new_bound if it equals
@@ -3571,7 +3701,7 @@ type CASBoundCommand struct {
 
 func (x *CASBoundCommand) Reset() {
 	*x = CASBoundCommand{}
-	mi := &file_canopy_proto_msgTypes[57]
+	mi := &file_canopy_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3713,7 @@ func (x *CASBoundCommand) String() string {
 func (*CASBoundCommand) ProtoMessage() {}
 
 func (x *CASBoundCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[57]
+	mi := &file_canopy_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3726,7 @@ func (x *CASBoundCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CASBoundCommand.ProtoReflect.Descriptor instead.
 func (*CASBoundCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{57}
+	return file_canopy_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CASBoundCommand) GetExpected() uint64 {
@@ -3818,7 +3948,7 @@ const file_canopy_proto_rawDesc = "" +
 	"\acommand\x18\x02 \x01(\v2\x13.canopy.RaftCommandR\acommand\"L\n" +
 	"\x0fProposeResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value\"\xb5\x02\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value\"\xd8\x02\n" +
 	"\vRaftCommand\x12*\n" +
 	"\x05batch\x18\x01 \x01(\v2\x14.canopy.BatchRequestR\x05batch\x12\x19\n" +
 	"\bwrite_ts\x18\x02 \x01(\x04R\awriteTs\x12*\n" +
@@ -3826,7 +3956,16 @@ const file_canopy_proto_rawDesc = "" +
 	"\vmeta_update\x18\x04 \x01(\v2\x19.canopy.MetaUpdateCommandR\n" +
 	"metaUpdate\x12A\n" +
 	"\x0ealloc_range_id\x18\x05 \x01(\v2\x1b.canopy.AllocRangeIDCommandR\fallocRangeId\x124\n" +
-	"\tcas_bound\x18\x06 \x01(\v2\x17.canopy.CASBoundCommandR\bcasBound\"~\n" +
+	"\tcas_bound\x18\x06 \x01(\v2\x17.canopy.CASBoundCommandR\bcasBound\x12!\n" +
+	"\x02gc\x18\a \x01(\v2\x11.canopy.GCCommandR\x02gc\"i\n" +
+	"\tGCCommand\x12\x1c\n" +
+	"\tthreshold\x18\x01 \x01(\x04R\tthreshold\x12\x1b\n" +
+	"\tstart_key\x18\x02 \x01(\fR\bstartKey\x12!\n" +
+	"\fversions_max\x18\x03 \x01(\rR\vversionsMax\"^\n" +
+	"\n" +
+	"RangeState\x12-\n" +
+	"\x05range\x18\x01 \x01(\v2\x17.canopy.RangeDescriptorR\x05range\x12!\n" +
+	"\fgc_threshold\x18\x02 \x01(\x04R\vgcThreshold\"~\n" +
 	"\fSplitCommand\x12\x1b\n" +
 	"\tsplit_key\x18\x01 \x01(\fR\bsplitKey\x12 \n" +
 	"\fnew_range_id\x18\x02 \x01(\x04R\n" +
@@ -3837,7 +3976,7 @@ const file_canopy_proto_rawDesc = "" +
 	"\x13AllocRangeIDCommand\"J\n" +
 	"\x0fCASBoundCommand\x12\x1a\n" +
 	"\bexpected\x18\x01 \x01(\x04R\bexpected\x12\x1b\n" +
-	"\tnew_bound\x18\x02 \x01(\x04R\bnewBound*\xe8\x01\n" +
+	"\tnew_bound\x18\x02 \x01(\x04R\bnewBound*\x83\x02\n" +
 	"\tErrorCode\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x13\n" +
 	"\x0fNOT_LEASEHOLDER\x10\x01\x12\x13\n" +
@@ -3851,7 +3990,8 @@ const file_canopy_proto_rawDesc = "" +
 	"\rREAD_CONFLICT\x10\t\x12\x14\n" +
 	"\x10NOT_BOOTSTRAPPED\x10\n" +
 	"\x12\f\n" +
-	"\bINTERNAL\x10\v2\xca\x03\n" +
+	"\bINTERNAL\x10\v\x12\x19\n" +
+	"\x15TS_BELOW_GC_THRESHOLD\x10\f2\xca\x03\n" +
 	"\x02KV\x124\n" +
 	"\x05Batch\x12\x14.canopy.BatchRequest\x1a\x15.canopy.BatchResponse\x12F\n" +
 	"\vRangeLookup\x12\x1a.canopy.RangeLookupRequest\x1a\x1b.canopy.RangeLookupResponse\x12A\n" +
@@ -3881,7 +4021,7 @@ func file_canopy_proto_rawDescGZIP() []byte {
 }
 
 var file_canopy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_canopy_proto_goTypes = []any{
 	(ErrorCode)(0),                       // 0: canopy.ErrorCode
 	(*ReplicaDescriptor)(nil),            // 1: canopy.ReplicaDescriptor
@@ -3938,10 +4078,12 @@ var file_canopy_proto_goTypes = []any{
 	(*ProposeRequest)(nil),               // 52: canopy.ProposeRequest
 	(*ProposeResponse)(nil),              // 53: canopy.ProposeResponse
 	(*RaftCommand)(nil),                  // 54: canopy.RaftCommand
-	(*SplitCommand)(nil),                 // 55: canopy.SplitCommand
-	(*MetaUpdateCommand)(nil),            // 56: canopy.MetaUpdateCommand
-	(*AllocRangeIDCommand)(nil),          // 57: canopy.AllocRangeIDCommand
-	(*CASBoundCommand)(nil),              // 58: canopy.CASBoundCommand
+	(*GCCommand)(nil),                    // 55: canopy.GCCommand
+	(*RangeState)(nil),                   // 56: canopy.RangeState
+	(*SplitCommand)(nil),                 // 57: canopy.SplitCommand
+	(*MetaUpdateCommand)(nil),            // 58: canopy.MetaUpdateCommand
+	(*AllocRangeIDCommand)(nil),          // 59: canopy.AllocRangeIDCommand
+	(*CASBoundCommand)(nil),              // 60: canopy.CASBoundCommand
 }
 var file_canopy_proto_depIdxs = []int32{
 	1,  // 0: canopy.RangeDescriptor.replicas:type_name -> canopy.ReplicaDescriptor
@@ -3997,38 +4139,40 @@ var file_canopy_proto_depIdxs = []int32{
 	54, // 50: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
 	4,  // 51: canopy.ProposeResponse.error:type_name -> canopy.Error
 	29, // 52: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
-	55, // 53: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
-	56, // 54: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
-	57, // 55: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
-	58, // 56: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
-	2,  // 57: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
-	29, // 58: canopy.KV.Batch:input_type -> canopy.BatchRequest
-	31, // 59: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
-	33, // 60: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
-	36, // 61: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
-	40, // 62: canopy.KV.Split:input_type -> canopy.SplitRequest
-	43, // 63: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
-	38, // 64: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
-	46, // 65: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
-	52, // 66: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
-	48, // 67: canopy.Internal.Join:input_type -> canopy.JoinRequest
-	50, // 68: canopy.Internal.Ping:input_type -> canopy.PingRequest
-	30, // 69: canopy.KV.Batch:output_type -> canopy.BatchResponse
-	32, // 70: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
-	34, // 71: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
-	37, // 72: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
-	41, // 73: canopy.KV.Split:output_type -> canopy.SplitResponse
-	44, // 74: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
-	39, // 75: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
-	47, // 76: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
-	53, // 77: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
-	49, // 78: canopy.Internal.Join:output_type -> canopy.JoinResponse
-	51, // 79: canopy.Internal.Ping:output_type -> canopy.PingResponse
-	69, // [69:80] is the sub-list for method output_type
-	58, // [58:69] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	57, // 53: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
+	58, // 54: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
+	59, // 55: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
+	60, // 56: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
+	55, // 57: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
+	2,  // 58: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
+	2,  // 59: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
+	29, // 60: canopy.KV.Batch:input_type -> canopy.BatchRequest
+	31, // 61: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
+	33, // 62: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
+	36, // 63: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
+	40, // 64: canopy.KV.Split:input_type -> canopy.SplitRequest
+	43, // 65: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
+	38, // 66: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
+	46, // 67: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
+	52, // 68: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
+	48, // 69: canopy.Internal.Join:input_type -> canopy.JoinRequest
+	50, // 70: canopy.Internal.Ping:input_type -> canopy.PingRequest
+	30, // 71: canopy.KV.Batch:output_type -> canopy.BatchResponse
+	32, // 72: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
+	34, // 73: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
+	37, // 74: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
+	41, // 75: canopy.KV.Split:output_type -> canopy.SplitResponse
+	44, // 76: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
+	39, // 77: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
+	47, // 78: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
+	53, // 79: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
+	49, // 80: canopy.Internal.Join:output_type -> canopy.JoinResponse
+	51, // 81: canopy.Internal.Ping:output_type -> canopy.PingResponse
+	71, // [71:82] is the sub-list for method output_type
+	60, // [60:71] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_canopy_proto_init() }
@@ -4064,7 +4208,7 @@ func file_canopy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_canopy_proto_rawDesc), len(file_canopy_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   58,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,94 @@
+package kvserver
+
+import (
+	"context"
+	"time"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/tso"
+)
+
+// Limits of version GC.
+const (
+	// GCVersionsPerCommand bounds the versions one GC command removes, so
+	// that one Raft entry stays small.
+	GCVersionsPerCommand = 10000
+	// GCCommandsPerRound bounds the GC commands per range per round.
+	GCCommandsPerRound = 100
+)
+
+// gcLoop collects old versions of the user ranges this node leads.
+func (n *Node) gcLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.GCInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stopc:
+			return
+		case <-t.C:
+		}
+		for _, rr := range n.replicaList() {
+			d := rr.sm.Desc()
+			if d == nil || !rr.r.Status().IsLeader || !keys.IsUser(d.EndKey) && !keys.IsUser(d.StartKey) {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
+			if _, err := n.collectRange(ctx, rr); err != nil {
+				n.log.Debug("version GC", "range", d.RangeId, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// collectRange runs version GC over one range the node leads, with the
+// threshold GCTTL behind a fresh oracle timestamp. It returns the number
+// of versions removed.
+func (n *Node) collectRange(ctx context.Context, rr *rangeReplica) (int, error) {
+	now, e := n.timestamp(ctx)
+	if e != nil {
+		return 0, errorf(e)
+	}
+	ttl := uint64(n.cfg.GCTTL.Milliseconds()) << tso.DefaultLogicalBits
+	if now <= ttl {
+		return 0, nil
+	}
+	threshold := now - ttl
+	var start []byte
+	total := 0
+	for i := 0; i < GCCommandsPerRound; i++ {
+		res, e := n.propose(ctx, rr, &rpcpb.RaftCommand{Gc: &rpcpb.GCCommand{Threshold: threshold, StartKey: start, VersionsMax: GCVersionsPerCommand}})
+		if e != nil {
+			return total, errorf(e)
+		}
+		r, ok := res.(gcResult)
+		if !ok {
+			return total, nil
+		}
+		total += r.deleted
+		if len(r.resume) == 0 {
+			return total, nil
+		}
+		start = r.resume
+	}
+	return total, nil
+}
+
+// CollectGarbage runs one round of version GC over every range this node
+// leads, now. It returns the number of versions removed.
+func (n *Node) CollectGarbage(ctx context.Context) (int, error) {
+	total := 0
+	for _, rr := range n.replicaList() {
+		if rr.sm.Desc() == nil || !rr.r.Status().IsLeader {
+			continue
+		}
+		k, err := n.collectRange(ctx, rr)
+		total += k
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
