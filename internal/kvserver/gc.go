@@ -2,7 +2,6 @@ package kvserver
 
 import (
 	"context"
-	"time"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -18,28 +17,19 @@ const (
 	GCCommandsPerRound = 100
 )
 
-// gcLoop collects old versions of the user ranges this node leads.
-func (n *Node) gcLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.GCInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stopc:
-			return
-		case <-t.C:
+// collectLedRanges collects old versions of the user ranges this node
+// leads.
+func (n *Node) collectLedRanges() {
+	for _, rr := range n.replicaList() {
+		d := rr.sm.Desc()
+		if d == nil || !rr.r.Status().IsLeader || !keys.IsUser(d.EndKey) && !keys.IsUser(d.StartKey) {
+			continue
 		}
-		for _, rr := range n.replicaList() {
-			d := rr.sm.Desc()
-			if d == nil || !rr.r.Status().IsLeader || !keys.IsUser(d.EndKey) && !keys.IsUser(d.StartKey) {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
-			if _, err := n.collectRange(ctx, rr); err != nil {
-				n.log.Debug("version GC", "range", d.RangeId, "err", err)
-			}
-			cancel()
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
+		if _, err := n.collectRange(ctx, rr); err != nil {
+			n.log.Debug("version GC", "range", d.RangeId, "err", err)
 		}
+		cancel()
 	}
 }
 

@@ -183,9 +183,9 @@ func Start(cfg Config) (*Node, error) {
 	rpcpb.RegisterInternalServer(n.srv, &internalService{n: n})
 	n.wg.Add(4)
 	go func() { defer n.wg.Done(); _ = n.srv.Serve(lis) }()
-	go n.tickLoop()
-	go n.balanceLoop()
-	go n.gcLoop()
+	go n.runEvery(n.cfg.TickInterval, n.tick)
+	go n.runEvery(n.cfg.BalanceInterval, n.balance)
+	go n.runEvery(n.cfg.GCInterval, n.collectLedRanges)
 	return n, nil
 }
 
@@ -520,9 +520,10 @@ func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) {
 	rr.r.Step(m)
 }
 
-func (n *Node) tickLoop() {
+// runEvery calls fn every interval until the node stops.
+func (n *Node) runEvery(interval time.Duration, fn func()) {
 	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.TickInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -530,43 +531,38 @@ func (n *Node) tickLoop() {
 			return
 		case <-t.C:
 		}
-		for _, rr := range n.replicaList() {
-			rr.r.Tick()
-		}
-		n.checkOracleLeadership()
+		fn()
 	}
 }
 
-// balanceLoop moves leadership to each range's preferred node once that
-// node has caught up, and keeps meta records true.
-func (n *Node) balanceLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.BalanceInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stopc:
-			return
-		case <-t.C:
+// tick advances every replica's Raft clock.
+func (n *Node) tick() {
+	for _, rr := range n.replicaList() {
+		rr.r.Tick()
+	}
+	n.checkOracleLeadership()
+}
+
+// balance moves leadership to each range's preferred node once that node
+// has caught up, and keeps meta records true.
+func (n *Node) balance() {
+	for _, rr := range n.replicaList() {
+		st := rr.r.Status()
+		d := rr.sm.Desc()
+		if !st.IsLeader || d == nil {
+			continue
 		}
-		for _, rr := range n.replicaList() {
-			st := rr.r.Status()
-			d := rr.sm.Desc()
-			if !st.IsLeader || d == nil {
-				continue
-			}
-			if p := preferredLeader(d); p != n.NodeID() {
-				for _, id := range st.CaughtUp {
-					if id == p {
-						rr.r.TransferLeader(p)
-					}
+		if p := preferredLeader(d); p != n.NodeID() {
+			for _, id := range st.CaughtUp {
+				if id == p {
+					rr.r.TransferLeader(p)
 				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
-			if err := n.ensureMeta(ctx, d); err != nil {
-				n.log.Debug("meta record check", "range", d.RangeId, "err", err)
-			}
-			cancel()
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
+		if err := n.ensureMeta(ctx, d); err != nil {
+			n.log.Debug("meta record check", "range", d.RangeId, "err", err)
+		}
+		cancel()
 	}
 }
