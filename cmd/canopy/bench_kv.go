@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +28,7 @@ type benchKVOptions struct {
 	nodes        int
 	ranges       int
 	out          string
+	cpuProfile   string
 	kv           kvbench.Options
 }
 
@@ -66,6 +68,7 @@ one run).`,
 	f.IntVar(&o.nodes, "nodes", 3, "in-process cluster only: nodes")
 	f.IntVar(&o.ranges, "initial-ranges", 6, "in-process cluster only: user ranges to pre-split into")
 	f.StringVar(&o.out, "out", "docs/bench/kv", "prefix of the CSV and PNG files (empty: write none)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the runs (not of start-up and loading) to this file")
 	benchCmd.AddCommand(cmd)
 }
 
@@ -122,6 +125,17 @@ func runBenchKV(ctx context.Context, o benchKVOptions, command string) error {
 			return err
 		}
 		targets = append(targets, tg)
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	fmt.Println()
 	fmt.Println(kvbench.TableHeader)

@@ -106,6 +106,19 @@ type Result struct {
 	Elapsed time.Duration
 	// All, Read and Write are the latencies of successful calls.
 	All, Read, Write latency.Snapshot
+	// ProcessCPU is the CPU time (user + system) this whole process used
+	// during the measured time: the client's, and the nodes' too when the
+	// cluster runs in this process. 0 where the platform cannot tell.
+	ProcessCPU time.Duration
+}
+
+// CPUPercent is ProcessCPU over the measured time, in percent of one CPU
+// (200 means two CPUs busy).
+func (r Result) CPUPercent() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return 100 * r.ProcessCPU.Seconds() / r.Elapsed.Seconds()
 }
 
 // OpsPerSecond is completed calls per second of measured time.
@@ -281,7 +294,7 @@ func Run(ctx context.Context, kv KV, o Options, readPercent, concurrency int) (R
 		}
 	}
 	measuring.Store(true)
-	start := time.Now()
+	start, cpuStart := time.Now(), processCPU()
 	deadline := time.NewTimer(o.Duration)
 	defer deadline.Stop()
 	tick := time.NewTicker(o.ProgressInterval)
@@ -307,7 +320,7 @@ func Run(ctx context.Context, kv KV, o Options, readPercent, concurrency int) (R
 	// Throughput counts the calls completed by now over the time measured
 	// so far; calls still in flight are cancelled and not counted (a call
 	// that completes after this instant would inflate the rate).
-	res.Elapsed = time.Since(start)
+	res.Elapsed, res.ProcessCPU = time.Since(start), processCPU()-cpuStart
 	res.Ops, res.Reads, res.Writes = ops.Load(), nReads.Load(), nWrites.Load()
 	stop()
 	wg.Wait()
