@@ -136,7 +136,9 @@ func (db *DB) awaitDecision(ctx context.Context, ft *foreignTxn, w waiter) (deci
 			c, _, err := db.decodeStatus(ft.startTs, st.GetValue())
 			return decision{commitTs: c}, err
 		}
-		expired := true
+		// No record: the transaction is alive until its start plus the
+		// TTL (see heartbeat).
+		expired := db.opts.Clock().UnixMilli() >= startMillis(ft.startTs)+db.opts.HeartbeatTTL.Milliseconds()
 		if hb.GetFound() {
 			if expired, err = heartbeatExpired(hb.GetValue(), db.opts.Clock()); err != nil {
 				return decision{}, err

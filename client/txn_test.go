@@ -14,6 +14,7 @@ import (
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/tso"
 )
 
 var bg = context.Background()
@@ -93,28 +94,51 @@ func TestTxnReadOnlyWritesNothing(t *testing.T) {
 	}
 }
 
-// The heartbeat record exists before the first intent is written.
-func TestHeartbeatBeforeFirstIntent(t *testing.T) {
-	c := newFakeCluster(t, 1)
-	db := c.open()
-	var missing atomic.Int32
-	c.setBeforeBatch(func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
-		if p, ok := req.Requests[0].Value.(*rpcpb.RequestUnion_PutIntent); ok {
-			v, ok := c.getPlain(p.PutIntent.Txn.HeartbeatKey)
-			if !ok || len(v) != 8 || int64(binary.BigEndian.Uint64(v)) <= fakeNow.UnixMilli() {
-				missing.Add(1)
+// Every intent is written while its transaction is provably alive to a
+// reader: a young transaction (start_ts within HeartbeatTTL/5 of the
+// clock) is alive by its start_ts alone and writes no heartbeat record; an
+// older one writes a live record before its first intent.
+func TestEveryIntentHasALiveTransaction(t *testing.T) {
+	for _, young := range []bool{true, false} {
+		t.Run(fmt.Sprintf("young=%v", young), func(t *testing.T) {
+			c := newFakeCluster(t, 1)
+			if young {
+				c.mu.Lock()
+				c.mu.clock = uint64(fakeNow.UnixMilli()) << tso.DefaultLogicalBits
+				c.mu.Unlock()
 			}
-		}
-		return nil
-	})
-	err := db.Txn(bg, func(ctx context.Context, txn *Txn) error {
-		return txn.Put(ctx, []byte("a"), []byte("1"))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if missing.Load() != 0 {
-		t.Fatal("an intent was written without a live heartbeat record")
+			db := c.open()
+			var uncovered, records atomic.Int32
+			c.setBeforeBatch(func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+				if p, ok := req.Requests[0].Value.(*rpcpb.RequestUnion_PutIntent); ok {
+					v, ok := c.getPlain(p.PutIntent.Txn.HeartbeatKey)
+					liveRecord := ok && len(v) == 8 && int64(binary.BigEndian.Uint64(v)) > fakeNow.UnixMilli()
+					liveByAge := startMillis(p.PutIntent.Txn.StartTs)+db.opts.HeartbeatTTL.Milliseconds() > fakeNow.UnixMilli()
+					if !liveRecord && !liveByAge {
+						uncovered.Add(1)
+					}
+					if ok {
+						records.Add(1)
+					}
+				}
+				return nil
+			})
+			err := db.Txn(bg, func(ctx context.Context, txn *Txn) error {
+				return txn.Put(ctx, []byte("a"), []byte("1"))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if uncovered.Load() != 0 {
+				t.Fatal("an intent was written while a reader could judge its transaction expired")
+			}
+			if young && records.Load() != 0 {
+				t.Fatal("a young transaction wrote a heartbeat record before its first intent")
+			}
+			if !young && records.Load() == 0 {
+				t.Fatal("an old transaction wrote its first intent without a heartbeat record")
+			}
+		})
 	}
 }
 
