@@ -48,9 +48,27 @@ type blobFile struct {
 	// punchedBytes: bytes punched so far (the allocation estimate where
 	// stat cannot tell, i.e. on vfs.MemFS).
 	punchedBytes int64
+	// punched marks the blocks already punched in this process, so that a
+	// later punch of the file skips them: each fallocate call is a journal
+	// transaction, and re-punching every earlier hole made punch rounds
+	// grow with the file's age. Not persisted: after a restart the first
+	// punch of a file re-punches its old holes once, which is harmless.
+	punched blockSet
 	// obsoleteEpoch: the reader-gate epoch fenced when the file became
 	// obsolete; it is deleted once readers up to it have drained.
 	obsoleteEpoch uint64
+}
+
+// blockSet is a bitmap of block numbers.
+type blockSet []uint64
+
+func (b blockSet) has(i int64) bool { return i/64 < int64(len(b)) && b[i/64]&(1<<(i%64)) != 0 }
+
+func (b *blockSet) add(i int64) {
+	for i/64 >= int64(len(*b)) {
+		*b = append(*b, 0)
+	}
+	(*b)[i/64] |= 1 << (i % 64)
 }
 
 // BlobStats are counters of the value log, for benchmarks and metrics.
@@ -85,6 +103,16 @@ type blobSet struct {
 	// wmu serialises the foreground writer: appends, sync, rotation.
 	wmu sync.Mutex
 	w   *vlog.Writer // guarded by wmu; nil until the first separated value
+	// pending counts, per file, the batches that appended to it and have
+	// not finished committing; retiring holds writers rotated out but not
+	// yet sealed. Both guarded by wmu.
+	//
+	// Invariant: a file is sealed only when no batch that appended to it is
+	// still in flight. Sealing records its record bytes as final and stops
+	// recovery from rescanning it, so a batch that appended and then failed
+	// to commit (a crash) after the seal would leave dead bytes uncounted.
+	pending  map[uint64]int
+	retiring map[uint64]*vlog.Writer
 
 	foregroundBytes, paddingBytes, gcRewrittenBytes, gcPunchedBytes atomic.Int64
 	gcRewriteJobs, gcPunchJobs                                      atomic.Int64
@@ -114,6 +142,8 @@ func openBlobSet(e *Engine) (*blobSet, error) {
 	s := &blobSet{e: e, fs: e.opts.FS, dir: filepath.Join(e.dir, "blob"), realFS: e.opts.FS == vfs.Default}
 	s.mu.files = map[uint64]*blobFile{}
 	s.mu.nextNum = 1
+	s.pending = map[uint64]int{}
+	s.retiring = map[uint64]*vlog.Writer{}
 	if err := s.fs.MkdirAll(s.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("storage: create blob dir: %w", err)
 	}
@@ -360,52 +390,76 @@ func (s *blobSet) seal(w *vlog.Writer) error {
 }
 
 // appendValues appends the values of ops marked sep to the foreground
-// writer, syncs every file written (unless NoSync) and fills in the
-// pointers. The caller commits the pointers only after this returns.
-func (s *blobSet) appendValues(ops []batchOp) error {
+// writer, syncs it (unless NoSync) and fills in the pointers. The caller
+// commits the pointers only after this returns, and then calls
+// releaseFile(num) whether or not the commit succeeded.
+func (s *blobSet) appendValues(ops []batchOp) (num uint64, err error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	target := s.e.opts.BlobFileTargetBytes
+	// Rotate only between batches, so that one batch's records are in one
+	// file and the file it leaves is sealed only once it has committed.
+	if s.w != nil && s.w.Size() >= s.e.opts.BlobFileTargetBytes {
+		old := s.w
+		s.w = nil
+		if s.pending[old.Num()] == 0 {
+			if err := s.seal(old); err != nil {
+				return 0, err
+			}
+		} else {
+			s.retiring[old.Num()] = old
+		}
+	}
+	if s.w == nil {
+		if s.w, err = s.createFile(); err != nil {
+			return 0, err
+		}
+	}
+	num = s.w.Num()
+	s.pending[num]++
 	for i := range ops {
 		o := &ops[i]
 		if !o.sep {
 			continue
 		}
-		if s.w != nil && s.w.Size() >= target {
-			if err := s.seal(s.w); err != nil {
-				return err
-			}
-			s.w = nil
-		}
-		if s.w == nil {
-			w, err := s.createFile()
-			if err != nil {
-				return err
-			}
-			s.w = w
-		}
 		before, pad := s.w.WrittenBytes, s.w.PaddingBytes
 		p, err := s.w.Append(o.key, o.value[1:])
 		if err != nil {
-			return err
+			return num, err
 		}
 		s.foregroundBytes.Add(s.w.WrittenBytes - before)
 		s.paddingBytes.Add(s.w.PaddingBytes - pad)
 		o.ptr = p
 	}
-	if s.w == nil {
-		return nil
-	}
 	// The manifest entry of an active file is not updated per append (that
 	// would be an LSM write per batch); recovery recomputes it.
 	s.mu.Lock()
-	bf := s.mu.files[s.w.Num()]
+	bf := s.mu.files[num]
 	bf.meta.SizeBytes, bf.meta.RecordBytes = s.w.Size(), s.w.RecordBytes
 	s.mu.Unlock()
 	if s.e.opts.NoSync {
+		return num, nil
+	}
+	return num, s.w.Sync()
+}
+
+// releaseFile ends a batch's claim on file num taken by appendValues, and
+// seals the file if it was rotated out and this was the last claim.
+func (s *blobSet) releaseFile(num uint64) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.pending[num]--
+	if s.pending[num] < 0 {
+		panic(fmt.Sprintf("storage: blob file %d released more often than claimed", num))
+	}
+	if s.pending[num] > 0 {
 		return nil
 	}
-	return s.w.Sync()
+	delete(s.pending, num)
+	if w := s.retiring[num]; w != nil {
+		delete(s.retiring, num)
+		return s.seal(w)
+	}
+	return nil
 }
 
 // read returns the value of the record p names, verified to be key's.
@@ -507,8 +561,16 @@ func (e *Engine) DiscardBytes() map[uint64]int64 {
 func (s *blobSet) close() error {
 	s.wmu.Lock()
 	var err error
+	for _, w := range s.retiring {
+		if serr := s.seal(w); err == nil {
+			err = serr
+		}
+	}
+	s.retiring = nil
 	if s.w != nil {
-		err = s.seal(s.w)
+		if serr := s.seal(s.w); err == nil {
+			err = serr
+		}
 		s.w = nil
 	}
 	s.wmu.Unlock()

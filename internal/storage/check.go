@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/canopy-db/canopy/internal/vlog"
@@ -59,15 +58,8 @@ func (e *Engine) CheckBlobs() error {
 			return fmt.Errorf("blob file %s (%s): discard %d, want %d (records %d, live %d)",
 				vlog.FileName(num), bf.meta.State, got, want, bf.meta.RecordBytes, live[num])
 		}
-		v, closer, err := e.db.Get(discardKey(num))
-		persisted := int64(0)
-		if err == nil {
-			persisted, err = decodeCounter(v)
-			_ = closer.Close()
-			if err != nil {
-				return err
-			}
-		} else if !errors.Is(err, pebble.ErrNotFound) {
+		persisted, err := e.persistedDiscard(num)
+		if err != nil {
 			return err
 		}
 		if persisted != bf.discard {

@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"sort"
 	"sync"
@@ -198,11 +199,33 @@ func (e *Engine) punch(num uint64, rep *GCReport) error {
 	if s.realFS {
 		before, _ = vlog.AllocatedBytes(s.path(num))
 	}
-	var punched int64
+	// Skip blocks punched before (see blobFile.punched); GC rounds are
+	// serialised, so only this goroutine touches bf.punched.
+	var todo []vlog.Span
 	for _, sp := range spans {
+		for off := sp.Offset; off < sp.End(); {
+			blk := off / vlog.BlockBytes
+			end := min(sp.End(), (blk+1)*vlog.BlockBytes)
+			if bf.punched.has(blk) {
+				off = end
+				continue
+			}
+			if n := len(todo); n > 0 && todo[n-1].End() == off {
+				todo[n-1].Bytes += end - off
+			} else {
+				todo = append(todo, vlog.Span{Offset: off, Bytes: end - off})
+			}
+			off = end
+		}
+	}
+	var punched int64
+	for _, sp := range todo {
 		hook("punch:span")
 		if err := vlog.PunchHole(bf.f, sp.Offset, sp.Bytes); err != nil {
 			return err
+		}
+		for blk := sp.Offset / vlog.BlockBytes; blk*vlog.BlockBytes < sp.End(); blk++ {
+			bf.punched.add(blk)
 		}
 		punched += sp.Bytes
 	}
@@ -213,24 +236,13 @@ func (e *Engine) punch(num uint64, rep *GCReport) error {
 	}
 	s.mu.Lock()
 	bf.meta.PunchedDiscardBytes = discardBefore
-	if !s.realFS {
-		// In memory, re-punching a span frees nothing new; bound the estimate.
-		bf.punchedBytes = min(bf.meta.SizeBytes, punchedUnion(spans))
-	}
+	bf.punchedBytes += punched
 	s.mu.Unlock()
 	s.gcPunchedBytes.Add(freed)
 	s.gcPunchJobs.Add(1)
 	rep.Punched = append(rep.Punched, num)
 	rep.PunchedBytes += punched
 	return nil
-}
-
-func punchedUnion(spans []vlog.Span) int64 {
-	var n int64
-	for _, s := range spans {
-		n += s.Bytes
-	}
-	return n
 }
 
 // waitReaders waits, at most ReaderWaitMax, until readers up to ep closed.
@@ -329,6 +341,18 @@ func (e *Engine) rewrite(inputs []uint64, rep *GCReport) error {
 	if err := flush(); err != nil {
 		return err
 	}
+	// The invariant below is checked against the persisted counters: the
+	// in-memory mirror of a writer's delta lags its commit (a writer adds
+	// it after the batch is durable), and the walk above may have seen a
+	// record dead in that window.
+	persisted := map[uint64]int64{}
+	for _, num := range inputs {
+		n, err := e.persistedDiscard(num)
+		if err != nil {
+			return err
+		}
+		persisted[num] = n
+	}
 	// Seal the outputs and retire the inputs in one batch.
 	b := e.db.NewBatch()
 	defer b.Close()
@@ -350,10 +374,10 @@ func (e *Engine) rewrite(inputs []uint64, rep *GCReport) error {
 		}
 		// Invariant: every record of a retired file is dead and counted:
 		// either a write killed it or casPointers moved it.
-		if bf.discard != bf.meta.RecordBytes {
+		if persisted[num] != bf.meta.RecordBytes {
 			s.mu.Unlock()
 			panic(fmt.Sprintf("storage: blob file %s retired with %d discarded of %d record bytes",
-				vlog.FileName(num), bf.discard, bf.meta.RecordBytes))
+				vlog.FileName(num), persisted[num], bf.meta.RecordBytes))
 		}
 		m := bf.meta
 		m.State = vlog.FileObsolete
@@ -375,6 +399,19 @@ func (e *Engine) rewrite(inputs []uint64, rep *GCReport) error {
 	s.mu.Unlock()
 	s.gcRewriteJobs.Add(1)
 	return nil
+}
+
+// persistedDiscard reads file num's discard counter from the engine.
+func (e *Engine) persistedDiscard(num uint64) (int64, error) {
+	v, closer, err := e.db.Get(discardKey(num))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer closer.Close()
+	return decodeCounter(v)
 }
 
 // casPointers installs the moves whose keys still hold the old pointer.
@@ -446,7 +483,7 @@ func (s *blobSet) deleteObsolete() []uint64 {
 	defer b.Close()
 	for _, bf := range gone {
 		_ = bf.f.Close()
-		if err := s.fs.Remove(s.path(bf.num)); err != nil {
+		if err := s.fs.Remove(s.path(bf.num)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			slog.Error("storage: remove blob file", "file", vlog.FileName(bf.num), "err", err)
 			continue
 		}

@@ -36,7 +36,7 @@ type batchOp struct {
 //  5. Commit one Pebble batch holding the operations (pointers in place of
 //     separated values) and the discard counter deltas: the version dies
 //     and its garbage is counted in the same atomic write.
-func (e *Engine) commitSeparated(b *Batch, sync bool) error {
+func (e *Engine) commitSeparated(b *Batch, sync bool) (retErr error) {
 	r := b.b.Reader()
 	var ops []batchOp
 	lastOp := map[string]int{}
@@ -118,7 +118,13 @@ func (e *Engine) commitSeparated(b *Batch, sync bool) error {
 	}
 
 	if anySep {
-		if err := e.blobs.appendValues(ops); err != nil {
+		num, err := e.blobs.appendValues(ops)
+		defer func() {
+			if rerr := e.blobs.releaseFile(num); rerr != nil && retErr == nil {
+				retErr = rerr
+			}
+		}()
+		if err != nil {
 			return err
 		}
 		hook("commit:blobs-synced")

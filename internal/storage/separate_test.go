@@ -162,33 +162,50 @@ func checkIter(t *testing.T, e *Engine, model map[string][]byte) {
 }
 
 // randomOps applies seeded random batches (sets of mixed sizes, deletes,
-// range deletes, keys touched twice in a batch) and updates model.
+// range deletes, keys touched twice in a batch) and updates model once each
+// commit has returned.
 func randomOps(t *testing.T, e *Engine, rng *rand.Rand, model map[string][]byte, batches, keys int) {
+	randomOpsSync(t, e, rng, model, batches, keys, false)
+}
+
+func randomOpsSync(t *testing.T, e *Engine, rng *rand.Rand, model map[string][]byte, batches, keys int, alwaysSync bool) {
 	t.Helper()
 	for i := 0; i < batches; i++ {
 		b := e.NewBatch()
+		type change struct {
+			k string
+			v []byte // nil: deleted
+		}
+		var changes []change
 		for n := 1 + rng.IntN(4); n > 0; n-- {
 			k := rng.IntN(keys)
 			switch r := rng.IntN(20); {
 			case r < 14:
 				v := val(k, rng.IntN(1000), []int{100, 1500, 3000, 9000}[rng.IntN(4)])
 				_ = b.Set(dk(k), v)
-				model[string(dk(k))] = v
+				changes = append(changes, change{string(dk(k)), v})
 			case r < 18:
 				_ = b.Delete(dk(k))
-				delete(model, string(dk(k)))
+				changes = append(changes, change{string(dk(k)), nil})
 			default:
 				hi := k + 1 + rng.IntN(5)
 				_ = b.DeleteRange(dk(k), dk(hi))
 				for j := k; j < hi; j++ {
-					delete(model, string(dk(j)))
+					changes = append(changes, change{string(dk(j)), nil})
 				}
 			}
 		}
-		if err := b.Commit(rng.IntN(2) == 0); err != nil {
+		if err := b.Commit(alwaysSync || rng.IntN(2) == 0); err != nil {
 			t.Fatal(err)
 		}
 		b.Close()
+		for _, c := range changes {
+			if c.v == nil {
+				delete(model, c.k)
+			} else {
+				model[c.k] = c.v
+			}
+		}
 	}
 }
 
@@ -306,19 +323,25 @@ func TestGCConcurrentWriters(t *testing.T) {
 					done <- nil
 				}(w)
 			}
+			// Never t.Fatal while writers run: the deferred Close would pull
+			// the engine from under them.
 			finished := 0
+			var gcErr error
 			for finished < writers {
 				select {
 				case err := <-done:
 					if err != nil {
-						t.Fatal(err)
+						t.Error(err)
 					}
 					finished++
 				default:
-					if _, err := e.RunGC(); err != nil {
-						t.Fatal(err)
+					if gcErr == nil {
+						_, gcErr = e.RunGC()
 					}
 				}
+			}
+			if gcErr != nil {
+				t.Fatal(gcErr)
 			}
 			if _, err := e.RunGC(); err != nil {
 				t.Fatal(err)

@@ -1,0 +1,339 @@
+package vlogbench
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/canopy-db/canopy/internal/storage"
+	"golang.org/x/sys/unix"
+)
+
+// Config bounds a benchmark run. The zero value is the default.
+type Config struct {
+	// Dir is the scratch directory (a fresh subdirectory per run). Required.
+	Dir string
+	// BudgetBytes is the live data per run: records = BudgetBytes / value
+	// size. 0 means 64 MiB.
+	BudgetBytes int64
+	// ValueSizesBytes for Case 1; nil means 1 KiB .. 512 KiB in powers of 2.
+	ValueSizesBytes []int
+	// Modes for Case 1; nil means inline, rewrite, punch, pebble.
+	Modes []storage.Mode
+	// UpdatesFactor: updates = factor x records (Case 1). 0 means 4.
+	UpdatesFactor int
+	// Case2Factors: update volumes for Case 2, in multiples of the record
+	// count. nil means 1, 2, 4, 8. Case2ValueBytes: 0 means 64 KiB.
+	Case2Factors    []int
+	Case2ValueBytes int
+	// ThresholdBytes for separation in the benchmark; 0 means 1 KiB, so
+	// that every value size of Case 1 is separated and the small sizes show
+	// the cost of alignment.
+	ThresholdBytes int
+	// RunTimeMax bounds the update phase of one run; 0 means 120 s. A run
+	// that hits it reports the updates it did.
+	RunTimeMax time.Duration
+	// SkipCase1, SkipCase2 select the cases.
+	SkipCase1, SkipCase2 bool
+	// Progress receives a live progress line (carriage returns); nil: none.
+	Progress io.Writer
+}
+
+func (c *Config) ensureDefaults() error {
+	if c.Dir == "" {
+		return errors.New("vlogbench: Config.Dir is required")
+	}
+	if c.BudgetBytes == 0 {
+		c.BudgetBytes = 64 << 20
+	}
+	if c.ValueSizesBytes == nil {
+		for s := 1 << 10; s <= 512<<10; s *= 2 {
+			c.ValueSizesBytes = append(c.ValueSizesBytes, s)
+		}
+	}
+	if c.Modes == nil {
+		c.Modes = []storage.Mode{storage.ModeInline, storage.ModeRewrite, storage.ModePunch, storage.ModePebble}
+	}
+	if c.UpdatesFactor == 0 {
+		c.UpdatesFactor = 4
+	}
+	if c.Case2Factors == nil {
+		c.Case2Factors = []int{1, 2, 4, 8}
+	}
+	if c.Case2ValueBytes == 0 {
+		c.Case2ValueBytes = 64 << 10
+	}
+	if c.ThresholdBytes == 0 {
+		c.ThresholdBytes = 1 << 10
+	}
+	if c.RunTimeMax == 0 {
+		c.RunTimeMax = 120 * time.Second
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.BudgetBytes < 1<<20 {
+		return fmt.Errorf("vlogbench: BudgetBytes %d below 1 MiB", c.BudgetBytes)
+	}
+	return nil
+}
+
+// Result is one run.
+type Result struct {
+	Case       int
+	Mode       storage.Mode
+	ValueBytes int
+	Records    int
+	Updates    int
+	// UserBytes: key + value bytes of the updates.
+	UserBytes int64
+	// EngineWrittenBytes: the engine's counters (see package doc);
+	// IOWrittenBytes: /proc/self/io write_bytes - cancelled_write_bytes.
+	EngineWrittenBytes, IOWrittenBytes int64
+	// LiveBytes, AllocatedBytes (end of run), AllocatedMaxBytes (samples).
+	LiveBytes, AllocatedBytes, AllocatedMaxBytes int64
+	// GCRewrittenBytes, GCPunchedBytes: value log GC (0 for inline/pebble).
+	GCRewrittenBytes, GCPunchedBytes int64
+	// PaddingBytes: alignment padding appended by foreground writes.
+	PaddingBytes int64
+	Seconds      float64
+	TimedOut     bool
+}
+
+func (r Result) WriteAmp() float64   { return float64(r.EngineWrittenBytes) / float64(r.UserBytes) }
+func (r Result) WriteAmpIO() float64 { return float64(r.IOWrittenBytes) / float64(r.UserBytes) }
+func (r Result) SpaceAmp() float64   { return float64(r.AllocatedBytes) / float64(r.LiveBytes) }
+func (r Result) SpaceAmpMax() float64 {
+	return float64(r.AllocatedMaxBytes) / float64(r.LiveBytes)
+}
+func (r Result) OpsPerSec() float64 { return float64(r.Updates) / r.Seconds }
+
+const keyBytes = 16
+
+// Run runs the configured cases and returns every result, in order.
+func Run(c Config) ([]Result, error) {
+	if err := c.ensureDefaults(); err != nil {
+		return nil, err
+	}
+	var out []Result
+	if !c.SkipCase1 {
+		for _, vs := range c.ValueSizesBytes {
+			for _, m := range c.Modes {
+				records := int(c.BudgetBytes / int64(vs))
+				r, err := runOne(c, 1, m, vs, records, c.UpdatesFactor*records)
+				if err != nil {
+					return out, err
+				}
+				out = append(out, r)
+			}
+		}
+	}
+	if !c.SkipCase2 {
+		records := int(c.BudgetBytes / int64(c.Case2ValueBytes))
+		for _, f := range c.Case2Factors {
+			for _, m := range []storage.Mode{storage.ModeRewrite, storage.ModePunch} {
+				r, err := runOne(c, 2, m, c.Case2ValueBytes, records, f*records)
+				if err != nil {
+					return out, err
+				}
+				out = append(out, r)
+			}
+		}
+	}
+	fmt.Fprintf(c.Progress, "\r%-100s\r", "")
+	return out, nil
+}
+
+func engineOptions(c Config, mode storage.Mode) storage.Options {
+	target := max(c.BudgetBytes/8, 1<<20)
+	return storage.Options{
+		Mode:                mode,
+		NoSync:              true,
+		ThresholdBytes:      c.ThresholdBytes,
+		BlobFileTargetBytes: target,
+		MemTableBytes:       uint64(max(c.BudgetBytes/8, 1<<20)),
+		CacheBytes:          32 << 20,
+		GC:                  storage.GCOptions{Interval: 50 * time.Millisecond},
+	}
+}
+
+func runOne(c Config, caseNum int, mode storage.Mode, valueBytes, records, updates int) (Result, error) {
+	dir := filepath.Join(c.Dir, fmt.Sprintf("case%d-%s-%d-%d", caseNum, mode, valueBytes, updates))
+	if err := os.RemoveAll(dir); err != nil {
+		return Result{}, err
+	}
+	defer os.RemoveAll(dir)
+	e, err := storage.Open(dir, engineOptions(c, mode))
+	if err != nil {
+		return Result{}, err
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			e.Close()
+		}
+	}()
+	rng := rand.New(rand.NewPCG(uint64(valueBytes), uint64(updates)))
+	pool := make([]byte, 2<<20)
+	for i := range pool {
+		pool[i] = byte(rng.Uint32())
+	}
+	value := func(seq int) []byte {
+		off := rng.IntN(len(pool) - valueBytes)
+		v := pool[off : off+valueBytes]
+		binary.LittleEndian.PutUint64(v, uint64(seq)) // distinct values
+		return v
+	}
+	key := func(i int) []byte { return storage.DataKey([]byte(fmt.Sprintf("user%011d", i))) }
+	label := fmt.Sprintf("case %d %-7s %4d KiB", caseNum, mode, valueBytes>>10)
+	// Load.
+	b := e.NewWriteBatch()
+	for i := 0; i < records; i++ {
+		if err := b.Set(key(i), value(i)); err != nil {
+			return Result{}, err
+		}
+		if b.Len() >= 4<<20 || i == records-1 {
+			if err := b.Commit(false); err != nil {
+				return Result{}, err
+			}
+			b.Close()
+			b = e.NewWriteBatch()
+		}
+		if i%1024 == 0 {
+			fmt.Fprintf(c.Progress, "\r%s  load %d/%d          ", label, i, records)
+		}
+	}
+	b.Close()
+	// Update phase.
+	r := Result{Case: caseNum, Mode: mode, ValueBytes: valueBytes, Records: records,
+		LiveBytes: int64(records) * int64(len(key(0))+valueBytes)}
+	eng0 := engineWritten(e)
+	io0, err := procIOWritten()
+	if err != nil {
+		return Result{}, err
+	}
+	bs0 := e.BlobStats()
+	start := time.Now()
+	sampleEvery := max(1, updates/50)
+	for i := 0; i < updates; i++ {
+		b := e.NewWriteBatch()
+		k := key(rng.IntN(records))
+		if err := b.Set(k, value(records+i)); err != nil {
+			return Result{}, err
+		}
+		if err := b.Commit(false); err != nil {
+			return Result{}, err
+		}
+		b.Close()
+		r.Updates++
+		r.UserBytes += int64(len(k) + valueBytes)
+		if i%sampleEvery == 0 {
+			a, err := allocatedBytes(dir)
+			if err != nil {
+				return Result{}, err
+			}
+			r.AllocatedMaxBytes = max(r.AllocatedMaxBytes, a)
+			el := time.Since(start)
+			fmt.Fprintf(c.Progress, "\r%s  update %d/%d  %.0f ops/s  space amp %.2f   ", label, i, updates,
+				float64(i+1)/el.Seconds(), float64(a)/float64(r.LiveBytes))
+			if el > c.RunTimeMax {
+				r.TimedOut = true
+				break
+			}
+		}
+	}
+	r.Seconds = time.Since(start).Seconds()
+	bs := e.BlobStats()
+	r.EngineWrittenBytes = engineWritten(e) - eng0
+	io1, err := procIOWritten()
+	if err != nil {
+		return Result{}, err
+	}
+	r.IOWrittenBytes = io1 - io0
+	if r.AllocatedBytes, err = allocatedBytes(dir); err != nil {
+		return Result{}, err
+	}
+	r.AllocatedMaxBytes = max(r.AllocatedMaxBytes, r.AllocatedBytes)
+	r.GCRewrittenBytes = bs.GCRewrittenBytes - bs0.GCRewrittenBytes
+	r.GCPunchedBytes = bs.GCPunchedBytes - bs0.GCPunchedBytes
+	r.PaddingBytes = bs.PaddingBytes - bs0.PaddingBytes
+	if mode == storage.ModePebble {
+		m := e.DB().Metrics()
+		r.GCRewrittenBytes = int64(m.Total().BlobBytesCompacted)
+	}
+	closed = true
+	if err := e.Close(); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// engineWritten sums what the engine wrote: Pebble's WAL, flushes and
+// compactions (tables and Pebble's blob files) and the value log's appends.
+func engineWritten(e *storage.Engine) int64 {
+	m := e.DB().Metrics()
+	t := m.Total()
+	bs := e.BlobStats()
+	return int64(m.WAL.BytesWritten+t.TableBytesFlushed+t.TableBytesCompacted+t.BlobBytesFlushed+t.BlobBytesCompacted) +
+		bs.ForegroundWrittenBytes + bs.GCRewrittenBytes
+}
+
+// procIOWritten returns write_bytes - cancelled_write_bytes of this process.
+func procIOWritten() (int64, error) {
+	f, err := os.Open("/proc/self/io")
+	if err != nil {
+		return 0, fmt.Errorf("vlogbench: %w", err)
+	}
+	defer f.Close()
+	var w, c int64
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		k, v, ok := strings.Cut(s.Text(), ": ")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "write_bytes":
+			w = n
+		case "cancelled_write_bytes":
+			c = n
+		}
+	}
+	return w - c, s.Err()
+}
+
+// allocatedBytes sums st_blocks*512 over the files under dir.
+func allocatedBytes(dir string) (int64, error) {
+	var sum int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while walking
+			}
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				return nil
+			}
+			return err
+		}
+		sum += st.Blocks * 512
+		return nil
+	})
+	return sum, err
+}
