@@ -129,7 +129,7 @@ func (r Result) OpsPerSecond() float64 {
 	return float64(r.Ops) / r.Elapsed.Seconds()
 }
 
-// WorkloadName names a read percentage: "put", "get", or "get 50%".
+// WorkloadName names a read percentage: "put", "get", or "mix 50% get".
 func WorkloadName(readPercent int) string {
 	switch readPercent {
 	case 0:
@@ -137,7 +137,7 @@ func WorkloadName(readPercent int) string {
 	case 100:
 		return "get"
 	}
-	return fmt.Sprintf("get %d%%/put", readPercent)
+	return fmt.Sprintf("mix %d%% get", readPercent)
 }
 
 // Key returns the key of index i: one byte of a hash of i (to spread the

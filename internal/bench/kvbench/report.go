@@ -89,36 +89,41 @@ func WriteCSV(path string, rows []Row, m bench.Machine) error {
 	return f.Close()
 }
 
-// WritePlot writes a PNG of throughput, p50 and p99 against concurrency,
-// one line per workload (and cluster).
+// WritePlot writes a PNG of throughput, p99 and p50 against concurrency,
+// one line per workload (and cluster), with a shared legend.
 func WritePlot(path, title string, rows []Row, m bench.Machine) error {
-	clusters := map[string]bool{}
+	// One colour per workload; the first cluster's lines solid, the
+	// others' dashed.
+	clusters, workloads := map[string]int{}, map[int]int{}
 	for _, r := range rows {
-		clusters[r.Cluster] = true
+		if _, ok := clusters[r.Cluster]; !ok {
+			clusters[r.Cluster] = len(clusters)
+		}
+		if _, ok := workloads[r.ReadPercent]; !ok {
+			workloads[r.ReadPercent] = len(workloads)
+		}
 	}
-	var order []string
 	idx := map[string]int{}
 	var tput, p50, p99 []plot.Series
 	for _, r := range rows {
 		name := r.Series(len(clusters) > 1)
 		i, ok := idx[name]
 		if !ok {
-			i = len(order)
+			i = len(tput)
 			idx[name] = i
-			order = append(order, name)
-			tput = append(tput, plot.Series{Name: name})
-			p50 = append(p50, plot.Series{Name: name})
-			p99 = append(p99, plot.Series{Name: name})
+			s := plot.Series{Name: name, Color: plot.Palette[workloads[r.ReadPercent]%len(plot.Palette)], Dashed: clusters[r.Cluster] > 0}
+			tput, p50, p99 = append(tput, s), append(p50, s), append(p99, s)
 		}
 		x := float64(r.Concurrency)
 		tput[i].X, tput[i].Y = append(tput[i].X, x), append(tput[i].Y, r.OpsPerSecond())
 		p50[i].X, p50[i].Y = append(p50[i].X, x), append(p50[i].Y, Millis(r.All.P50))
 		p99[i].X, p99[i].Y = append(p99[i].X, x), append(p99[i].Y, Millis(r.All.P99))
 	}
-	img := plot.Grid(title, "measured on "+m.String(), 3, 460, 340,
-		plot.LineChart{Title: "throughput", XLabel: "concurrent clients", YLabel: "ops/s", LogX: true, Series: tput},
-		plot.LineChart{Title: "p50 latency", XLabel: "concurrent clients", YLabel: "ms", LogX: true, Series: p50},
-		plot.LineChart{Title: "p99 latency", XLabel: "concurrent clients", YLabel: "ms", LogX: true, Series: p99},
+	img := plot.Grid(title, "measured on "+m.String(), 2, 560, 360,
+		plot.LineChart{Title: "throughput", XLabel: "concurrent clients", YLabel: "ops/s", LogX: true, Series: tput, HideLegend: true},
+		plot.LineChart{Title: "p99 latency", XLabel: "concurrent clients", YLabel: "ms", LogX: true, Series: p99, HideLegend: true},
+		plot.LineChart{Title: "p50 latency", XLabel: "concurrent clients", YLabel: "ms", LogX: true, Series: p50, HideLegend: true},
+		plot.Legend{Title: "workload, cluster", Series: tput},
 	)
 	return plot.WritePNG(path, img)
 }

@@ -20,6 +20,20 @@ import (
 type Series struct {
 	Name string
 	X, Y []float64
+	// Color overrides the series' palette colour (nil: Palette[i]).
+	Color color.Color
+	// Dashed draws the line dashed: with a shared Color, it tells apart
+	// two variants of one workload.
+	Dashed bool
+}
+
+// seriesColor is Color, or the palette's colour for series i.
+func (s Series) seriesColor(i int) color.RGBA {
+	if s.Color != nil {
+		r, g, b, a := s.Color.RGBA()
+		return color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), uint8(a >> 8)}
+	}
+	return Palette[i%len(Palette)]
 }
 
 // LineChart is one panel: a line per series, axes starting at zero.
@@ -32,6 +46,30 @@ type LineChart struct {
 	// series when there are at most xTicksDistinctMax of them, else evenly
 	// spaced round values.
 	XTicks []float64
+	// HideLegend leaves the legend out of the plot area, where it may
+	// cover lines; give a Legend panel of the same series instead.
+	HideLegend bool
+}
+
+// Legend is a panel holding only the legend of the series (names, colours
+// and dashes; their points are ignored), for a Grid of charts sharing it.
+type Legend struct {
+	Title  string
+	Series []Series
+}
+
+// Draw draws the legend into r of dst, top-left, one entry per line.
+func (l Legend) Draw(dst *image.RGBA, r image.Rectangle) {
+	entries := make([]legendEntry, len(l.Series))
+	for i, s := range l.Series {
+		entries[i] = legendEntry{name: s.Name, color: s.seriesColor(i), dashed: s.Dashed}
+	}
+	y := r.Min.Y + marginTop
+	if l.Title != "" {
+		drawText(dst, r.Min.X+marginLeft, y+lineBytes, l.Title, black)
+		y += lineBytes + 8
+	}
+	drawLegend(dst, image.Rect(r.Min.X+marginLeft-8, y, r.Max.X, r.Max.Y), entries)
 }
 
 // BarSeries is one bar per group of a BarChart, in the order of Groups.
@@ -180,7 +218,7 @@ func (c LineChart) Draw(dst *image.RGBA, r image.Rectangle) {
 		drawText(dst, x-textWidth(l)/2, pa.Max.Y+6+lineBytes, l, black)
 	}
 	for i, s := range c.Series {
-		col := Palette[i%len(Palette)]
+		col := s.seriesColor(i)
 		type pt struct{ x, y int }
 		var pts []pt
 		for j := range s.X {
@@ -190,17 +228,31 @@ func (c LineChart) Draw(dst *image.RGBA, r image.Rectangle) {
 		}
 		sort.SliceStable(pts, func(a, b int) bool { return pts[a].x < pts[b].x })
 		for j := 1; j < len(pts); j++ {
-			drawLine(dst, pts[j-1].x, pts[j-1].y, pts[j].x, pts[j].y, col, 2)
+			drawLineDashed(dst, pts[j-1].x, pts[j-1].y, pts[j].x, pts[j].y, col, 2, s.Dashed)
 		}
 		for _, p := range pts {
-			fillRect(dst, image.Rect(p.x-3, p.y-3, p.x+4, p.y+4), col)
+			if s.Dashed { // hollow marker
+				outline(dst, image.Rect(p.x-3, p.y-3, p.x+4, p.y+4), col)
+				outline(dst, image.Rect(p.x-2, p.y-2, p.x+3, p.y+3), col)
+			} else {
+				fillRect(dst, image.Rect(p.x-3, p.y-3, p.x+4, p.y+4), col)
+			}
 		}
 	}
-	names := make([]string, len(c.Series))
-	for i, s := range c.Series {
-		names[i] = s.Name
+	if c.HideLegend {
+		return
 	}
-	drawLegend(dst, pa, names)
+	entries := make([]legendEntry, len(c.Series))
+	for i, s := range c.Series {
+		entries[i] = legendEntry{name: s.Name, color: s.seriesColor(i), dashed: s.Dashed}
+	}
+	drawLegend(dst, pa, entries)
+}
+
+type legendEntry struct {
+	name   string
+	color  color.RGBA
+	dashed bool
 }
 
 // Draw draws the chart into r of dst.
@@ -245,11 +297,11 @@ func (c BarChart) Draw(dst *image.RGBA, r image.Rectangle) {
 			}
 		}
 	}
-	names := make([]string, len(c.Series))
+	entries := make([]legendEntry, len(c.Series))
 	for i, s := range c.Series {
-		names[i] = s.Name
+		entries[i] = legendEntry{name: s.Name, color: Palette[i%len(Palette)]}
 	}
-	drawLegend(dst, pa, names)
+	drawLegend(dst, pa, entries)
 }
 
 func plotArea(r image.Rectangle) image.Rectangle {
@@ -284,23 +336,28 @@ func drawFrame(dst *image.RGBA, r, pa image.Rectangle, title, xLabel, yLabel str
 	return py
 }
 
-// drawLegend draws a box with one coloured square and name per series in
+// drawLegend draws a box with one coloured sample and name per series in
 // the top-left corner of the plot area.
-func drawLegend(dst *image.RGBA, pa image.Rectangle, names []string) {
-	if len(names) == 0 {
+func drawLegend(dst *image.RGBA, pa image.Rectangle, entries []legendEntry) {
+	if len(entries) == 0 {
 		return
 	}
 	w := 0
-	for _, n := range names {
-		w = max(w, textWidth(n))
+	for _, e := range entries {
+		w = max(w, textWidth(e.name))
 	}
-	box := image.Rect(pa.Min.X+8, pa.Min.Y+4, pa.Min.X+8+w+24, pa.Min.Y+4+len(names)*(lineBytes+3)+6)
+	const sample = 20 // pixels of line sample
+	box := image.Rect(pa.Min.X+8, pa.Min.Y+4, pa.Min.X+8+w+sample+16, pa.Min.Y+4+len(entries)*(lineBytes+3)+6)
 	fillRect(dst, box, white)
 	outline(dst, box, gridGray)
-	for i, n := range names {
+	for i, e := range entries {
 		y := box.Min.Y + 4 + i*(lineBytes+3)
-		fillRect(dst, image.Rect(box.Min.X+5, y+3, box.Min.X+14, y+12), Palette[i%len(Palette)])
-		drawText(dst, box.Min.X+19, y+lineBytes-2, n, black)
+		if e.dashed {
+			drawLineDashed(dst, box.Min.X+5, y+8, box.Min.X+5+sample, y+8, e.color, 2, true)
+		} else {
+			fillRect(dst, image.Rect(box.Min.X+5, y+4, box.Min.X+5+sample, y+12), e.color)
+		}
+		drawText(dst, box.Min.X+10+sample, y+lineBytes-2, e.name, black)
 	}
 }
 
@@ -420,11 +477,19 @@ func outline(dst *image.RGBA, r image.Rectangle, c color.RGBA) {
 // drawLine draws a line width pixels thick (Bresenham, a width x width
 // square per step).
 func drawLine(dst *image.RGBA, x0, y0, x1, y1 int, c color.RGBA, width int) {
+	drawLineDashed(dst, x0, y0, x1, y1, c, width, false)
+}
+
+// dashPixels is the length of a dash and of the gap after it.
+const dashPixels = 5
+
+// drawLineDashed is drawLine, dashed if dashed.
+func drawLineDashed(dst *image.RGBA, x0, y0, x1, y1 int, c color.RGBA, width int, dashed bool) {
 	dx, dy := abs(x1-x0), -abs(y1-y0)
 	sx, sy := sign(x1-x0), sign(y1-y0)
 	e := dx + dy
-	for {
-		for i := 0; i < width; i++ {
+	for step := 0; ; step++ {
+		for i := 0; i < width && (!dashed || step/dashPixels%2 == 0); i++ {
 			for j := 0; j < width; j++ {
 				if p := image.Pt(x0+i-width/2, y0+j-width/2); p.In(dst.Bounds()) {
 					dst.SetRGBA(p.X, p.Y, c)

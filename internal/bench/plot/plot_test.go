@@ -54,13 +54,16 @@ func TestGridDrawsEverySeriesAndRoundTrips(t *testing.T) {
 		Series: []Series{
 			{Name: "put", X: []float64{1, 4, 16, 64}, Y: []float64{100, 350, 900, 1200}},
 			{Name: "get", X: []float64{1, 4, 16, 64}, Y: []float64{400, 1500, math.NaN(), 5000}},
+			{Name: "get, dashed", X: []float64{1, 4, 16, 64}, Y: []float64{300, 1000, 2000, 4000}, Color: Palette[1], Dashed: true},
 		},
 	}
 	bar := BarChart{
 		Title: "p99", YLabel: "ms", Groups: []string{"a", "b"}, ValueLabels: true,
 		Series: []BarSeries{{Name: "x", Values: []float64{1.5, 3}}, {Name: "y", Values: []float64{2, 0}}, {Name: "z", Values: []float64{4, 1}}},
 	}
-	img := Grid("title", "machine", 2, 400, 300, line, bar)
+	hidden := line
+	hidden.HideLegend = true
+	img := Grid("title", "machine", 2, 400, 300, line, bar, hidden, Legend{Title: "legend", Series: line.Series})
 	if got, want := img.Bounds().Dx(), 800; got != want {
 		t.Fatalf("width %d, want %d", got, want)
 	}
