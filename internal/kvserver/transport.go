@@ -21,10 +21,19 @@ const (
 )
 
 // LinkFault is injected on the link to one peer (there is no netem here):
-// every batch is delayed by Delay, or dropped when Drop is set.
+// every message arrives Delay later than sent (a one-way delay: messages
+// still pipeline, in order), or is dropped when Drop is set.
 type LinkFault struct {
 	Delay time.Duration
 	Drop  bool
+}
+
+// PeerDelayedBatchesMax bounds the batches in a link's delay line.
+const PeerDelayedBatchesMax = 1024
+
+type delayedBatch struct {
+	due   time.Time
+	batch []*rpcpb.RaftMessage
 }
 
 // transport sends Raft messages to peers, one queue and one sender
@@ -110,6 +119,28 @@ func (t *transport) peer(nodeID uint64) *peer {
 
 func (t *transport) run(p *peer) {
 	defer t.wg.Done()
+	// The delay line: batches wait here until due, in order, while the
+	// loop below keeps collecting.
+	delayed := make(chan delayedBatch, PeerDelayedBatchesMax)
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		for {
+			select {
+			case <-t.stopc:
+				return
+			case db := <-delayed:
+				select {
+				case <-time.After(time.Until(db.due)):
+				case <-t.stopc:
+					return
+				}
+				if err := t.sendBatch(p, db.batch); err != nil {
+					t.failBatch(db.batch)
+				}
+			}
+		}
+	}()
 	for {
 		var batch []*rpcpb.RaftMessage
 		select {
@@ -128,19 +159,19 @@ func (t *transport) run(p *peer) {
 			}
 		}
 		f := t.fault(p.nodeID)
-		if f.Delay > 0 {
+		switch {
+		case f.Drop:
+			t.failBatch(batch)
+		case f.Delay > 0:
 			select {
-			case <-time.After(f.Delay):
-			case <-t.stopc:
-				return
+			case delayed <- delayedBatch{due: time.Now().Add(f.Delay), batch: batch}:
+			default:
+				t.failBatch(batch) // the delay line is full
 			}
-		}
-		if f.Drop {
-			t.failBatch(batch)
-			continue
-		}
-		if err := t.sendBatch(p, batch); err != nil {
-			t.failBatch(batch)
+		default:
+			if err := t.sendBatch(p, batch); err != nil {
+				t.failBatch(batch)
+			}
 		}
 	}
 }
