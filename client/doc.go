@@ -40,8 +40,10 @@
 //     status table.
 //  6. DB.Get, Put, Delete and Scan outside a transaction are linearizable
 //     single-range operations (Scan: a snapshot at a fresh timestamp).
-//     Put and Delete whose outcome is unknown are resent within the call;
-//     ErrAmbiguous only when attempts or the deadline run out.
+//     Put and Delete are retried only while no attempt can have applied;
+//     after an attempt that may have (a lost connection, a deadline, a
+//     leader change under the proposal) they return ErrAmbiguous rather
+//     than write a second time.
 //  7. Routing is the client's job: range descriptors are cached and fixed
 //     up after splits and lease moves, and requests are retried on other
 //     nodes, all within ctx and Options.SendAttemptsMax.

@@ -3,9 +3,12 @@ package client
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Single-key operations outside any transaction. Each is one request to
@@ -20,9 +23,8 @@ import (
 //
 // An intent of a transaction in the way is resolved like a transaction
 // would (waiting up to Options.IntentWaitMax for a live one, then
-// ErrRetryable). A Put or Delete whose outcome is unknown is resent within
-// the call (a repeat inside the call window is still linearizable) until
-// it succeeds or the attempts or ctx run out: then ErrAmbiguous.
+// ErrRetryable). A Put or Delete is retried only while no attempt can have
+// applied; once one may have (see sendWriteOnce), it returns ErrAmbiguous.
 
 // Get returns the latest value of key and whether it exists.
 func (db *DB) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
@@ -82,7 +84,7 @@ func (db *DB) Delete(ctx context.Context, key []byte) error {
 func (db *DB) put(ctx context.Context, k, value []byte, del bool) error {
 	req := &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_Put{Put: &rpcpb.PutRequest{Key: k, Value: value, Delete: del}}}
 	for round := 0; ; round++ {
-		_, err := db.sender.sendOne(ctx, true, req)
+		err := db.sendWriteOnce(ctx, k, req)
 		if pb, ok := asKVError(err, rpcpb.ErrorCode_INTENT_FOUND); ok && round < db.opts.IntentRoundsMax {
 			if err := db.resolveForeign(ctx, pb.GetIntents(), waiter{}); err != nil {
 				return publicError(err)
@@ -113,4 +115,54 @@ func (db *DB) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyValu
 		return nil, publicError(err)
 	}
 	return userKVs(kvs)
+}
+
+// sendWriteOnce sends a non-transactional Put or Delete to the leaseholder
+// of k's range, following redirects and retrying attempts that certainly
+// did not apply (NOT_LEASEHOLDER, UNAVAILABLE, a connection that could not
+// be dialled), but never an attempt that may have applied: that ends the
+// call with ErrAmbiguous.
+//
+// Unlike the transaction's writes (intents, resolution, the status
+// put-unless-exists), these writes are not idempotent: the leaseholder
+// takes a fresh timestamp for each application, so a resend is a second
+// write. If another client saw the first application and overwrote it,
+// the resend would bring the old value back: one call whose effect appears
+// on both sides of another write is not linearizable. (Found by
+// testcluster's TestLinearizableSingleKeyOps: a Delete sent to a leaseholder
+// that was then stopped applied once through the new leader and again when
+// resent, after another client's Put.) The sender's general rule, "resend
+// writes after an ambiguous attempt", is therefore overridden here.
+func (db *DB) sendWriteOnce(ctx context.Context, k []byte, req *rpcpb.RequestUnion) error {
+	_, err := db.sender.route(ctx, k, true, func(ctx context.Context, kv rpcpb.KVClient, d *rpcpb.RangeDescriptor) (*rpcpb.Error, error) {
+		resp, err := kv.Batch(ctx, &rpcpb.BatchRequest{RangeId: d.GetRangeId(), Requests: []*rpcpb.RequestUnion{req}})
+		if err != nil {
+			if neverSent(err) {
+				return nil, err // the router tries again, elsewhere if need be
+			}
+			return nil, &stopError{fmt.Errorf("%w: write of %q may have been applied and is not repeated: %w", ErrAmbiguous, k, err)}
+		}
+		pe := resp.GetError()
+		switch {
+		case pe.GetCode() == rpcpb.ErrorCode_AMBIGUOUS:
+			return nil, &stopError{fmt.Errorf("%w: write of %q may have been applied and is not repeated: %s", ErrAmbiguous, k, pe.GetMessage())}
+		case pe.GetCode() != rpcpb.ErrorCode_OK:
+			return pe, nil
+		case len(resp.GetResponses()) != 1 || resp.GetResponses()[0].GetPut() == nil:
+			return nil, &stopError{fmt.Errorf("%w: put answered with %v", ErrInternal, resp.GetResponses())}
+		}
+		return nil, nil
+	})
+	return err
+}
+
+// neverSent reports whether a failed RPC certainly never reached the
+// server: gRPC could not dial the node. (gRPC retries by itself the
+// requests it started but never wrote to the wire.) Anything else, a
+// connection lost mid-call or a deadline, may hide an applied write. A
+// message that does not match only costs availability (ErrAmbiguous where
+// a retry was possible), never correctness.
+func neverSent(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "Error while dialing")
 }

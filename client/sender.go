@@ -22,13 +22,14 @@ import (
 //   - UNAVAILABLE, NOT_BOOTSTRAPPED, a transport error: back off, try
 //     another replica.
 //   - AMBIGUOUS, or a transport error on a write: the write may have been
-//     applied. Every write the client sends is safe to repeat (PutIntent,
+//     applied. The writes sent through here are safe to repeat (PutIntent,
 //     ResolveIntent and the plain writes are idempotent; PlainPutUnlessExists
 //     is repeated and an "exists" with our own value counts as success, see
-//     putUnlessExists; a non-transactional Put repeated inside the caller's
-//     call window is still linearizable), so the sender resends, and only if
-//     it runs out of attempts or time does it return ErrAmbiguous instead of
-//     ErrUnavailable.
+//     putUnlessExists), so the sender resends, and only if it runs out of
+//     attempts or time does it return ErrAmbiguous instead of
+//     ErrUnavailable. The non-transactional Put and Delete are not safe to
+//     repeat (each application takes a fresh timestamp): they never resend
+//     after such an attempt (DB.sendWriteOnce).
 //
 // Everything else (conflicts, intents, invalid arguments) is returned to
 // the caller: conflicts and intents as *kvError for the coordinator.
