@@ -2,12 +2,14 @@ package kvserver_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/kvserver"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/storage"
 	"github.com/canopy-db/canopy/internal/testcluster"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -110,6 +112,29 @@ func TestClusterPutGetSplit(t *testing.T) {
 	lk, err := rc.conns[c.Addrs()[2]].RangeLookup(ctx, &rpcpb.RangeLookupRequest{Key: keys.UserKey([]byte("z"))})
 	if err != nil || lk.Error != nil || string(lk.Range.StartKey) != string(keys.UserKey([]byte("m"))) {
 		t.Fatalf("lookup after split: %v %v", err, lk)
+	}
+
+	// The store of a stopped node shows both halves of the split range
+	// and the three versions written.
+	c.StopNode(2)
+	eng, err := storage.Open(filepath.Join(c.Dir(), "n3"), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	info, err := kvserver.InspectStore(eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, userRanges := 0, 0
+	for _, r := range info.Ranges {
+		if r.Desc != nil && keys.IsUser(r.Desc.StartKey) {
+			userRanges++
+			versions += r.Versions
+		}
+	}
+	if info.NodeID != 3 || userRanges != 2 || versions != 3 {
+		t.Fatalf("store of n3: node %d, %d user ranges, %d versions; want n3, 2, 3", info.NodeID, userRanges, versions)
 	}
 }
 

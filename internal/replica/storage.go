@@ -195,3 +195,28 @@ func appendEntries(b *storage.Batch, rangeID uint64, entries []raftpb.Entry, pre
 func raftLogEnd(rangeID uint64) []byte {
 	return storage.RangeLocalKey(rangeID, storage.SuffixRaftLog+1)
 }
+
+// PersistedInfo is a replica's Raft state as stored, for inspection.
+type PersistedInfo struct {
+	HardState  raftpb.HardState
+	ConfState  raftpb.ConfState
+	Applied    uint64
+	Truncated  uint64
+	LastIndex  uint64
+	LogEntries int
+}
+
+// Inspect reads a replica's persisted Raft state from an engine (the node
+// should be stopped, or the answer is a moving target).
+func Inspect(eng storage.Reader, rangeID uint64) (PersistedInfo, error) {
+	ps, err := loadState(eng, rangeID)
+	if err != nil {
+		return PersistedInfo{}, err
+	}
+	last := ps.truncIndex
+	if n := len(ps.entries); n > 0 {
+		last = ps.entries[n-1].Index
+	}
+	return PersistedInfo{HardState: ps.hard, ConfState: ps.conf, Applied: ps.applied,
+		Truncated: ps.truncIndex, LastIndex: last, LogEntries: len(ps.entries)}, nil
+}
