@@ -318,27 +318,37 @@ func (c *cluster) waitLive(want int) string {
 
 // ackedWrites records the writes the cluster acknowledged.
 type ackedWrites struct {
-	mu       sync.Mutex
-	values   map[string]string // key -> value acknowledged
-	inFlight string            // the key being written, whose write may or may not have landed
-	failures int               // failed attempts (retried)
+	mu     sync.Mutex
+	values map[string]string // key -> latest value acknowledged
+	acks   int               // writes acknowledged
+	// inFlight and inFlightValue are the write under way, which may or
+	// may not have landed when the writer stops.
+	inFlight, inFlightValue string
+	failures                int // failed attempts (retried)
 }
 
 func (a *ackedWrites) count() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.values)
+	return a.acks
 }
 
-// writer puts p/00000, p/00001, ... one after the other until stop is
-// closed, retrying each key (same value) until it is acknowledged; every
-// tenth write it reads back an earlier acknowledged key, which must hold
-// its value.
+// writerKeys is how many keys the writer cycles over: p/00000 to p/00249,
+// all in one range (below the split at p/00300), so that every write goes
+// to the range whose leaseholder is killed and its log grows long enough,
+// while a replica is down, to be truncated past it.
+const writerKeys = 250
+
+// writer puts value-0, value-1, ... at p/00000, p/00001, ... (cycling over
+// writerKeys keys) until stop is closed, retrying each write (same key and
+// value) until it is acknowledged; every tenth write it reads back a key
+// written a moment before, which must hold its acknowledged value.
 func writer(t *testing.T, db *client.DB, a *ackedWrites, stop <-chan struct{}) {
+	key := func(i int) string { return fmt.Sprintf("p/%05d", i%writerKeys) }
 	for i := 0; ; i++ {
-		k, v := fmt.Sprintf("p/%05d", i), fmt.Sprintf("value-%d", i)
+		k, v := key(i), fmt.Sprintf("value-%d", i)
 		a.mu.Lock()
-		a.inFlight = k
+		a.inFlight, a.inFlightValue = k, v
 		a.mu.Unlock()
 		for {
 			select {
@@ -358,11 +368,15 @@ func writer(t *testing.T, db *client.DB, a *ackedWrites, stop <-chan struct{}) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		a.mu.Lock()
-		a.values[k], a.inFlight = v, ""
+		a.values[k], a.acks, a.inFlight = v, a.acks+1, ""
 		a.mu.Unlock()
 		if i%10 == 9 {
-			j := i / 2
-			rk, want := fmt.Sprintf("p/%05d", j), fmt.Sprintf("value-%d", j)
+			// This goroutine is the only writer: the acknowledged value is
+			// the latest.
+			rk := key(i - 5)
+			a.mu.Lock()
+			want := a.values[rk]
+			a.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), opMax)
 			got, found, err := db.Get(ctx, []byte(rk))
 			cancel()
@@ -443,7 +457,8 @@ func TestThreeProcessesKillLeaseholder(t *testing.T) {
 		t.Fatalf("canopy status does not show the range split at p/00300:\n%s", out)
 	}
 
-	// The Go client writes p/00000, p/00001, ... from here to the end.
+	// The Go client writes p/00000 to p/00249, over and over, from here to
+	// the end.
 	ctx := context.Background()
 	db, err := client.Open(ctx, c.addrs)
 	if err != nil {
@@ -480,14 +495,18 @@ func TestThreeProcessesKillLeaseholder(t *testing.T) {
 	c.kill9(killed)
 	atKill := acked.count()
 	waitAcked("writes after the kill (a new leader elected)", atKill+50)
-	c.eventually("canopy kv get p/00000 with a node down", func() error {
-		out, err := c.cli("kv", "get", c.hostFlag(), "p/00000")
-		if err == nil && strings.TrimSpace(out) != "value-0" {
-			t.Fatalf("canopy kv get p/00000 = %q, want value-0", out)
+	c.eventually("canopy kv get cli/a with a node down", func() error {
+		out, err := c.cli("kv", "get", c.hostFlag(), "cli/a")
+		if err == nil && strings.TrimSpace(out) != "alpha" {
+			t.Fatalf("canopy kv get cli/a = %q, want alpha", out)
 		}
 		return err
 	})
 	c.waitLive(2)
+	// Enough writes that the range's log is truncated past the killed
+	// replica (replica.Config.LogEntriesKeep, 500, after 1000 applied):
+	// it will need a snapshot.
+	waitAcked("writes while a node is down", atKill+1200)
 
 	// Restart it with the same store and flags.
 	c.start(killed)
@@ -513,25 +532,29 @@ func TestThreeProcessesKillLeaseholder(t *testing.T) {
 		}
 	}
 	checkAcked("after the restart")
-	// The CLI's scan sees the same: every acknowledged key with its value,
-	// and at most one more, the key in flight when the writer stopped.
+	// The CLI's scan sees the same: every acknowledged key with its value
+	// (or, for the key in flight when the writer stopped, the value in
+	// flight), and no other key.
 	out := c.mustCLI("kv", "scan", c.hostFlag(), "--limit", "100000", "p/", "p0")
 	seen := 0
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		k, v, _ := strings.Cut(line, "\t")
-		if want, ok := acked.values[k]; ok {
-			if v != want {
-				t.Errorf("canopy kv scan: %s = %q, want %q", k, v, want)
-			}
-			seen++
-		} else if k != acked.inFlight {
+		want, ok := acked.values[k]
+		switch {
+		case k == acked.inFlight && v == acked.inFlightValue:
+		case !ok:
 			t.Errorf("canopy kv scan: unexpected key %q", k)
+		case v != want:
+			t.Errorf("canopy kv scan: %s = %q, want %q", k, v, want)
+		}
+		if ok {
+			seen++
 		}
 	}
 	if seen != len(acked.values) {
 		t.Errorf("canopy kv scan shows %d of the %d acknowledged keys", seen, len(acked.values))
 	}
-	t.Logf("%d writes acknowledged (%d before the kill), %d attempts failed and were retried", len(acked.values), atKill, acked.failures)
+	t.Logf("%d writes acknowledged (%d before the kill), %d attempts failed and were retried", acked.acks, atKill, acked.failures)
 
 	// The restarted node rejoined with its data: once it has applied what
 	// the range committed, stop another replica; the range's quorum is
@@ -553,8 +576,9 @@ func TestThreeProcessesKillLeaseholder(t *testing.T) {
 	c.eventually("a write with the restarted node in the quorum", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), opMax)
 		defer cancel()
-		return db.Put(ctx, []byte("p/00000"), []byte("value-0"))
+		return db.Put(ctx, []byte("p/00000"), []byte("after the restart"))
 	})
+	acked.values["p/00000"] = "after the restart" // the writer has stopped
 	c.start(other)
 	c.waitLive(3)
 
