@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -18,7 +19,8 @@ func init() {
 		dir, out, modes, sizes string
 		budgetMiB              int64
 		runTimeMax             time.Duration
-		skip1, skip2           bool
+		skip1, skip2, aligned  bool
+		cpuProfile             string
 	)
 	cmd := &cobra.Command{
 		Use:   "vlog",
@@ -30,7 +32,7 @@ rewrite. Prints a table, writes vlog.csv and PNG plots into --out.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := vlogbench.Config{
 				Dir: dir, BudgetBytes: budgetMiB << 20, RunTimeMax: runTimeMax,
-				SkipCase1: skip1, SkipCase2: skip2, Progress: os.Stderr,
+				SkipCase1: skip1, SkipCase2: skip2, Progress: os.Stderr, AlignedPunch: aligned,
 			}
 			if modes != "" {
 				for _, s := range strings.Split(modes, ",") {
@@ -55,6 +57,17 @@ rewrite. Prints a table, writes vlog.csv and PNG plots into --out.`,
 			}
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
+			}
+			if cpuProfile != "" {
+				pf, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer pf.Close()
+				if err := pprof.StartCPUProfile(pf); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
 			}
 			host, _ := os.Hostname()
 			fmt.Printf("canopy bench vlog: %s, %d CPUs (GOMAXPROCS %d), budget %d MiB, started %s\n",
@@ -85,6 +98,8 @@ rewrite. Prints a table, writes vlog.csv and PNG plots into --out.`,
 	f.StringVar(&modes, "modes", "", "case 1 modes, comma separated (default inline,rewrite,punch,pebble)")
 	f.StringVar(&sizes, "sizes-kib", "", "case 1 value sizes in KiB, comma separated (default 1,2,4,...,512)")
 	f.DurationVar(&runTimeMax, "run-time-max", 120*time.Second, "bound on the update phase of one run")
+	f.BoolVar(&aligned, "aligned-punch", true, "also run punch with the proposal's layout (large records block aligned) for values above 4 KiB")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile here")
 	f.BoolVar(&skip1, "skip-case1", false, "skip case 1")
 	f.BoolVar(&skip2, "skip-case2", false, "skip case 2")
 	benchCmd.AddCommand(cmd)

@@ -54,6 +54,10 @@ type blobFile struct {
 	// grow with the file's age. Not persisted: after a restart the first
 	// punch of a file re-punches its old holes once, which is harmless.
 	punched blockSet
+	// dead marks, by index ordinal, records a GC walk found dead, so that
+	// later walks skip them without I/O or an LSM read (a dead record
+	// never becomes live again). Only GC touches it; rounds are serialised.
+	dead blockSet
 	// obsoleteEpoch: the reader-gate epoch fenced when the file became
 	// obsolete; it is deleted once readers up to it have drained.
 	obsoleteEpoch uint64
@@ -368,7 +372,9 @@ func (s *blobSet) createFile() (*vlog.Writer, error) {
 	s.mu.files[num] = &blobFile{num: num, f: rf, meta: meta}
 	s.mu.Unlock()
 	s.hasFiles.Store(true)
-	return vlog.NewWriter(wf, num), nil
+	w := vlog.NewWriter(wf, num)
+	w.Placement = s.e.opts.BlobPlacement
+	return w, nil
 }
 
 // seal syncs and closes w and records the file as sealed with its sizes.

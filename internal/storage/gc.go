@@ -174,6 +174,7 @@ func (e *Engine) punch(num uint64, rep *GCReport) error {
 	if err != nil {
 		return fmt.Errorf("storage: punch %s: %w: %w", vlog.FileName(num), ErrCorruption, err)
 	}
+	it.Skip = func(ord int) bool { return bf.dead.has(int64(ord)) }
 	for it.Next() {
 		en := it.Entry()
 		ok, err := e.isLive(en.Key, num, en.Offset)
@@ -182,6 +183,8 @@ func (e *Engine) punch(num uint64, rep *GCReport) error {
 		}
 		if ok {
 			live = append(live, vlog.Span{Offset: en.Offset, Bytes: en.Header.RecordBytes()})
+		} else {
+			bf.dead.add(int64(en.Ordinal))
 		}
 	}
 	if err := it.Err(); err != nil {
@@ -301,6 +304,7 @@ func (e *Engine) rewrite(inputs []uint64, rep *GCReport) error {
 		if err != nil {
 			return fmt.Errorf("storage: rewrite %s: %w: %w", vlog.FileName(num), ErrCorruption, err)
 		}
+		it.Skip = func(ord int) bool { return bf.dead.has(int64(ord)) }
 		for it.Next() {
 			en := it.Entry()
 			live, err := e.isLive(en.Key, num, en.Offset)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/canopy-db/canopy/internal/vlog"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -89,6 +90,9 @@ type Options struct {
 	// 0 means 64 MiB. Smaller files make GC finer grained and the manifest
 	// larger.
 	BlobFileTargetBytes int64
+	// BlobPlacement says where blob records larger than a block start; the
+	// zero value, vlog.PackLarge, packs them (see vlog.Placement).
+	BlobPlacement vlog.Placement
 	// GC configures blob garbage collection.
 	GC GCOptions
 }
@@ -170,6 +174,8 @@ func (o *Options) EnsureDefaults() {
 // EnsureDefaults.
 func (o *Options) Validate() error {
 	switch {
+	case o.BlobPlacement > vlog.AlignLarge:
+		return fmt.Errorf("storage: invalid BlobPlacement %d", o.BlobPlacement)
 	case o.Mode > ModePebble:
 		return fmt.Errorf("storage: invalid mode %d", o.Mode)
 	case o.ThresholdBytes < 1 || o.ThresholdBytes > 1<<30:

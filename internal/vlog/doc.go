@@ -9,13 +9,15 @@
 // of key||value and a CRC-32C of the header itself (see record.go).
 //
 // Invariant (alignment): a record of at most BlockBytes never straddles a
-// BlockBytes boundary; a record that would straddle one, and every record
-// larger than a block, starts at the next boundary. The gap is zero padding.
-// Hence a header always lies inside one block, and punching a hole over
-// whole blocks either leaves a header intact or turns it into zeros, never
-// into something that parses. This is the proposal's "4K alignment"; its
-// cost is the padding, up to BlockBytes-1 bytes per record (for values just
-// above 2 KiB or 4 KiB it approaches 50%, see docs/BENCHMARKS.md).
+// BlockBytes boundary: one that would starts at the next boundary, and the
+// gap is zero padding. A larger record straddles by nature; its header and
+// key never do (Placement: PackLarge starts it in place when they fit,
+// AlignLarge, the proposal's layout, always at the next boundary). Hence a
+// header always lies inside one block, and punching whole blocks either
+// leaves it intact or turns it into zeros, never into something that
+// parses. This is the proposal's "4K alignment"; its cost is the padding,
+// up to BlockBytes-1 bytes per record: for records just above 2 KiB (one
+// per block) it approaches 50%, see docs/BENCHMARKS.md.
 //
 // Contract for callers (package storage is the only one):
 //

@@ -37,6 +37,8 @@ type Writer struct {
 	WrittenBytes int64
 	// RecordBytes counts record bytes only; PaddingBytes the zero padding.
 	RecordBytes, PaddingBytes int64
+	// Placement of records larger than a block; set before the first Append.
+	Placement Placement
 	// offsets of the records, for the index written by Seal.
 	offsets []int64
 	sealed  bool
@@ -58,7 +60,7 @@ func (w *Writer) Append(key, value []byte) (Pointer, error) {
 		panic("vlog: append to a sealed file")
 	}
 	n := RecordBytes(len(key), len(value))
-	start := Place(w.end, n)
+	start := Place(w.end, n, HeaderBytes+int64(len(key)), w.Placement)
 	pad := start - w.end
 	w.buf = w.buf[:0]
 	for i := int64(0); i < pad; i++ {
@@ -72,7 +74,10 @@ func (w *Writer) Append(key, value []byte) (Pointer, error) {
 	if n <= BlockBytes && start/BlockBytes != (start+n-1)/BlockBytes {
 		panic(fmt.Sprintf("vlog: record [%d,%d) straddles a block", start, start+n))
 	}
-	if n > BlockBytes && start%BlockBytes != 0 {
+	if hb := HeaderBytes + int64(len(key)); hb <= BlockBytes && start/BlockBytes != (start+hb-1)/BlockBytes {
+		panic(fmt.Sprintf("vlog: header and key at [%d,%d) straddle a block", start, start+hb))
+	}
+	if n > BlockBytes && w.Placement == AlignLarge && start%BlockBytes != 0 {
 		panic(fmt.Sprintf("vlog: large record at unaligned offset %d", start))
 	}
 	if _, err := w.f.Write(w.buf); err != nil {
@@ -157,11 +162,19 @@ type Iterator struct {
 	// indexed: visit offsets (a sealed file) instead of walking by lengths.
 	indexed bool
 	offsets []int64
+	ordinal int
+	// Skip, if set on an indexed iterator, is asked before a record is read:
+	// true skips it without I/O. The caller uses it for records it already
+	// knows dead (records never come back to life).
+	Skip func(ordinal int) bool
 }
 
 // Entry is the record under an Iterator.
 type Entry struct {
 	Offset int64
+	// Ordinal is the record's position in the file's index (indexed
+	// iterators only).
+	Ordinal int
 	Header Header
 	// Key aliases the iterator's buffer until the next call to Next. It is
 	// unverified (see Iterator).
@@ -246,6 +259,11 @@ func (it *Iterator) nextIndexed() bool {
 	for len(it.offsets) > 0 {
 		it.off = it.offsets[0]
 		it.offsets = it.offsets[1:]
+		ord := it.ordinal
+		it.ordinal++
+		if it.Skip != nil && it.Skip(ord) {
+			continue
+		}
 		if _, err := it.r.ReadAt(it.hdr[:], it.off); err != nil {
 			return it.fail(fmt.Errorf("vlog: read header at %d: %w", it.off, err))
 		}
@@ -267,7 +285,7 @@ func (it *Iterator) nextIndexed() bool {
 		if _, err := it.r.ReadAt(key, it.off+HeaderBytes); err != nil {
 			return it.fail(fmt.Errorf("vlog: read key at %d: %w", it.off, err))
 		}
-		it.cur = Entry{Offset: it.off, Header: h, Key: key}
+		it.cur = Entry{Offset: it.off, Ordinal: ord, Header: h, Key: key}
 		return true
 	}
 	return false

@@ -60,6 +60,9 @@ func TestWriterIteratorPunch(t *testing.T) {
 		if n <= BlockBytes && r.p.Offset/BlockBytes != (r.p.Offset+n-1)/BlockBytes {
 			t.Fatalf("record at %d of %d bytes straddles", r.p.Offset, n)
 		}
+		if h := int64(HeaderBytes + len(r.key)); r.p.Offset/BlockBytes != (r.p.Offset+h-1)/BlockBytes {
+			t.Fatalf("header of record at %d straddles", r.p.Offset)
+		}
 		v, err := ReadValue(f, r.p, r.key, nil)
 		if err != nil || !bytes.Equal(v, r.val) {
 			t.Fatalf("read %v: %v", r.p, err)

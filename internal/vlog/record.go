@@ -58,15 +58,40 @@ func RecordBytes(keyBytes, valueBytes int) int64 {
 	return HeaderBytes + int64(keyBytes) + int64(valueBytes)
 }
 
-// Place returns the offset at which a record of recordBytes is written when
-// the file currently ends at end. See the alignment invariant in doc.go.
-func Place(end, recordBytes int64) int64 {
+// Placement chooses where a record larger than a block starts.
+type Placement uint8
+
+const (
+	// PackLarge (the default): a record larger than a block starts where
+	// the file ends, unless its header and key would not fit in the rest
+	// of the current block, in which case it starts at the next boundary.
+	// Headers and keys thus never straddle a block (so punching zeroes a
+	// header whole or not at all), and large records waste no padding;
+	// their partial edge blocks are freed once both neighbours are dead.
+	PackLarge Placement = iota
+	// AlignLarge: every record larger than a block starts at a block
+	// boundary, the layout the proposal measured. It frees a dead record's
+	// blocks at once but pads each large record up to a whole number of
+	// blocks: for values just above a multiple of 4 KiB, close to a block.
+	AlignLarge
+)
+
+// Place returns the offset at which a record of recordBytes, whose header
+// and key take headBytes, is written when the file currently ends at end.
+// See the alignment invariant in doc.go.
+func Place(end, recordBytes, headBytes int64, p Placement) int64 {
 	inBlock := end % BlockBytes
 	if inBlock == 0 {
 		return end
 	}
-	if recordBytes > BlockBytes || inBlock+recordBytes > BlockBytes {
-		return end - inBlock + BlockBytes
+	next := end - inBlock + BlockBytes
+	switch {
+	case recordBytes <= BlockBytes:
+		if inBlock+recordBytes > BlockBytes {
+			return next
+		}
+	case p == AlignLarge || inBlock+headBytes > BlockBytes:
+		return next
 	}
 	return end
 }

@@ -8,22 +8,27 @@ import (
 
 func TestPlace(t *testing.T) {
 	for _, tc := range []struct {
-		end, n, want int64
+		end, n, head int64
+		p            Placement
+		want         int64
 	}{
-		{0, 100, 0},
-		{100, 100, 100},
-		{4000, 96, 4000},   // ends exactly at the boundary
-		{4000, 97, 4096},   // would straddle
-		{4096, 4096, 4096}, // a full block at a boundary
-		{100, 4096, 4096},  // a full block never straddles
-		{100, 5000, 4096},  // larger than a block: next boundary
-		{8192, 9000, 8192}, // already aligned
-		{12000, 10, 12000}, // small record after a large one
-		{4095, 1, 4095},    // last byte of a block
-		{4095, 2, 4096},    // one byte too many
+		{0, 100, 30, PackLarge, 0},
+		{100, 100, 30, PackLarge, 100},
+		{4000, 96, 30, PackLarge, 4000},    // ends exactly at the boundary
+		{4000, 97, 30, PackLarge, 4096},    // would straddle
+		{4096, 4096, 30, PackLarge, 4096},  // a full block at a boundary
+		{100, 4096, 30, PackLarge, 4096},   // a full block never straddles
+		{100, 5000, 30, PackLarge, 100},    // larger than a block: packed
+		{100, 5000, 30, AlignLarge, 4096},  // ... or aligned
+		{4070, 5000, 30, PackLarge, 4096},  // header and key would straddle
+		{4066, 5000, 30, PackLarge, 4066},  // header and key just fit
+		{8192, 9000, 30, AlignLarge, 8192}, // already aligned
+		{12000, 10, 5, PackLarge, 12000},   // small record after a large one
+		{4095, 1, 1, PackLarge, 4095},      // last byte of a block
+		{4095, 2, 2, PackLarge, 4096},      // one byte too many
 	} {
-		if got := Place(tc.end, tc.n); got != tc.want {
-			t.Errorf("Place(%d, %d) = %d, want %d", tc.end, tc.n, got, tc.want)
+		if got := Place(tc.end, tc.n, tc.head, tc.p); got != tc.want {
+			t.Errorf("Place(%d, %d, %d, %d) = %d, want %d", tc.end, tc.n, tc.head, tc.p, got, tc.want)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/canopy-db/canopy/internal/storage"
+	"github.com/canopy-db/canopy/internal/vlog"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,6 +43,9 @@ type Config struct {
 	// RunTimeMax bounds the update phase of one run; 0 means 120 s. A run
 	// that hits it reports the updates it did.
 	RunTimeMax time.Duration
+	// AlignedPunch adds to Case 1 a punch run with vlog.AlignLarge, the
+	// proposal's record layout, labelled "punch-aligned".
+	AlignedPunch bool
 	// SkipCase1, SkipCase2 select the cases.
 	SkipCase1, SkipCase2 bool
 	// Progress receives a live progress line (carriage returns); nil: none.
@@ -89,8 +93,10 @@ func (c *Config) ensureDefaults() error {
 
 // Result is one run.
 type Result struct {
-	Case       int
-	Mode       storage.Mode
+	Case int
+	Mode storage.Mode
+	// Aligned: the run used vlog.AlignLarge.
+	Aligned    bool
 	ValueBytes int
 	Records    int
 	Updates    int
@@ -101,12 +107,19 @@ type Result struct {
 	EngineWrittenBytes, IOWrittenBytes int64
 	// LiveBytes, AllocatedBytes (end of run), AllocatedMaxBytes (samples).
 	LiveBytes, AllocatedBytes, AllocatedMaxBytes int64
+	// BlobAllocatedBytes: the value log's share of AllocatedBytes.
+	BlobAllocatedBytes int64
+	// SettledAllocatedBytes: allocated after writes stopped and GC ran to
+	// quiescence (at most gcRoundsMax rounds).
+	SettledAllocatedBytes int64
 	// GCRewrittenBytes, GCPunchedBytes: value log GC (0 for inline/pebble).
 	GCRewrittenBytes, GCPunchedBytes int64
 	// PaddingBytes: alignment padding appended by foreground writes.
 	PaddingBytes int64
 	Seconds      float64
-	TimedOut     bool
+	// GCSeconds: the part of Seconds spent in foreground GC rounds.
+	GCSeconds float64
+	TimedOut  bool
 }
 
 func (r Result) WriteAmp() float64   { return float64(r.EngineWrittenBytes) / float64(r.UserBytes) }
@@ -116,6 +129,17 @@ func (r Result) SpaceAmpMax() float64 {
 	return float64(r.AllocatedMaxBytes) / float64(r.LiveBytes)
 }
 func (r Result) OpsPerSec() float64 { return float64(r.Updates) / r.Seconds }
+func (r Result) SpaceAmpSettled() float64 {
+	return float64(r.SettledAllocatedBytes) / float64(r.LiveBytes)
+}
+
+// Label names the configuration of the run.
+func (r Result) Label() string {
+	if r.Aligned {
+		return r.Mode.String() + "-aligned"
+	}
+	return r.Mode.String()
+}
 
 const keyBytes = 16
 
@@ -127,9 +151,16 @@ func Run(c Config) ([]Result, error) {
 	var out []Result
 	if !c.SkipCase1 {
 		for _, vs := range c.ValueSizesBytes {
+			records := int(c.BudgetBytes / int64(vs))
 			for _, m := range c.Modes {
-				records := int(c.BudgetBytes / int64(vs))
-				r, err := runOne(c, 1, m, vs, records, c.UpdatesFactor*records)
+				r, err := runOne(c, 1, m, false, vs, records, c.UpdatesFactor*records)
+				if err != nil {
+					return out, err
+				}
+				out = append(out, r)
+			}
+			if c.AlignedPunch && vs > 4<<10 {
+				r, err := runOne(c, 1, storage.ModePunch, true, vs, records, c.UpdatesFactor*records)
 				if err != nil {
 					return out, err
 				}
@@ -141,7 +172,7 @@ func Run(c Config) ([]Result, error) {
 		records := int(c.BudgetBytes / int64(c.Case2ValueBytes))
 		for _, f := range c.Case2Factors {
 			for _, m := range []storage.Mode{storage.ModeRewrite, storage.ModePunch} {
-				r, err := runOne(c, 2, m, c.Case2ValueBytes, records, f*records)
+				r, err := runOne(c, 2, m, false, c.Case2ValueBytes, records, f*records)
 				if err != nil {
 					return out, err
 				}
@@ -153,26 +184,49 @@ func Run(c Config) ([]Result, error) {
 	return out, nil
 }
 
-func engineOptions(c Config, mode storage.Mode) storage.Options {
+func engineOptions(c Config, mode storage.Mode, aligned bool) storage.Options {
 	target := max(c.BudgetBytes/8, 1<<20)
+	placement := vlog.PackLarge
+	if aligned {
+		placement = vlog.AlignLarge
+	}
 	return storage.Options{
+		BlobPlacement:       placement,
 		Mode:                mode,
 		NoSync:              true,
 		ThresholdBytes:      c.ThresholdBytes,
 		BlobFileTargetBytes: target,
 		MemTableBytes:       uint64(max(c.BudgetBytes/8, 1<<20)),
 		CacheBytes:          32 << 20,
-		GC:                  storage.GCOptions{Interval: 50 * time.Millisecond},
+		// GC runs in the foreground of the update loop (see runOne).
+		GC: storage.GCOptions{Disabled: true},
 	}
 }
 
-func runOne(c Config, caseNum int, mode storage.Mode, valueBytes, records, updates int) (Result, error) {
-	dir := filepath.Join(c.Dir, fmt.Sprintf("case%d-%s-%d-%d", caseNum, mode, valueBytes, updates))
+// gcRoundsMax bounds the GC rounds run at one GC point of the update loop.
+const gcRoundsMax = 50
+
+// runGC runs GC rounds until one does nothing (at most gcRoundsMax).
+func runGC(e *storage.Engine) error {
+	for i := 0; i < gcRoundsMax; i++ {
+		rep, err := e.RunGC()
+		if err != nil {
+			return err
+		}
+		if len(rep.Punched)+len(rep.Rewritten)+len(rep.Deleted) == 0 {
+			return nil
+		}
+	}
+	return nil
+}
+
+func runOne(c Config, caseNum int, mode storage.Mode, aligned bool, valueBytes, records, updates int) (Result, error) {
+	dir := filepath.Join(c.Dir, fmt.Sprintf("case%d-%s-%v-%d-%d", caseNum, mode, aligned, valueBytes, updates))
 	if err := os.RemoveAll(dir); err != nil {
 		return Result{}, err
 	}
 	defer os.RemoveAll(dir)
-	e, err := storage.Open(dir, engineOptions(c, mode))
+	e, err := storage.Open(dir, engineOptions(c, mode, aligned))
 	if err != nil {
 		return Result{}, err
 	}
@@ -194,7 +248,7 @@ func runOne(c Config, caseNum int, mode storage.Mode, valueBytes, records, updat
 		return v
 	}
 	key := func(i int) []byte { return storage.DataKey([]byte(fmt.Sprintf("user%011d", i))) }
-	label := fmt.Sprintf("case %d %-7s %4d KiB", caseNum, mode, valueBytes>>10)
+	label := fmt.Sprintf("case %d %-13s %4d KiB", caseNum, (Result{Mode: mode, Aligned: aligned}).Label(), valueBytes>>10)
 	// Load.
 	b := e.NewWriteBatch()
 	for i := 0; i < records; i++ {
@@ -214,7 +268,7 @@ func runOne(c Config, caseNum int, mode storage.Mode, valueBytes, records, updat
 	}
 	b.Close()
 	// Update phase.
-	r := Result{Case: caseNum, Mode: mode, ValueBytes: valueBytes, Records: records,
+	r := Result{Case: caseNum, Mode: mode, Aligned: aligned, ValueBytes: valueBytes, Records: records,
 		LiveBytes: int64(records) * int64(len(key(0))+valueBytes)}
 	eng0 := engineWritten(e)
 	io0, err := procIOWritten()
@@ -224,6 +278,12 @@ func runOne(c Config, caseNum int, mode storage.Mode, valueBytes, records, updat
 	bs0 := e.BlobStats()
 	start := time.Now()
 	sampleEvery := max(1, updates/50)
+	// GC runs in the update loop, after every quarter blob file of updates,
+	// until it finds no more work. Rejected: GC in its background goroutine
+	// only. On two cores an unthrottled writer outruns it, and the figures
+	// then measure scheduling, not the GC policy. In the foreground its cost
+	// is charged to updates/s, as it would be by write stalls.
+	gcEvery := max(1, int(engineOptions(c, mode, aligned).BlobFileTargetBytes/4)/valueBytes)
 	for i := 0; i < updates; i++ {
 		b := e.NewWriteBatch()
 		k := key(rng.IntN(records))
@@ -236,6 +296,13 @@ func runOne(c Config, caseNum int, mode storage.Mode, valueBytes, records, updat
 		b.Close()
 		r.Updates++
 		r.UserBytes += int64(len(k) + valueBytes)
+		if (i+1)%gcEvery == 0 {
+			t0 := time.Now()
+			if err := runGC(e); err != nil {
+				return Result{}, err
+			}
+			r.GCSeconds += time.Since(t0).Seconds()
+		}
 		if i%sampleEvery == 0 {
 			a, err := allocatedBytes(dir)
 			if err != nil {
@@ -266,9 +333,18 @@ func runOne(c Config, caseNum int, mode storage.Mode, valueBytes, records, updat
 	r.GCRewrittenBytes = bs.GCRewrittenBytes - bs0.GCRewrittenBytes
 	r.GCPunchedBytes = bs.GCPunchedBytes - bs0.GCPunchedBytes
 	r.PaddingBytes = bs.PaddingBytes - bs0.PaddingBytes
+	r.BlobAllocatedBytes = bs.AllocatedBytes
 	if mode == storage.ModePebble {
 		m := e.DB().Metrics()
 		r.GCRewrittenBytes = int64(m.Total().BlobBytesCompacted)
+	}
+	// Settle: no more writes; run GC until a round does nothing.
+	fmt.Fprintf(c.Progress, "\r%s  settling GC                                        ", label)
+	if err := runGC(e); err != nil {
+		return r, err
+	}
+	if r.SettledAllocatedBytes, err = allocatedBytes(dir); err != nil {
+		return r, err
 	}
 	closed = true
 	if err := e.Close(); err != nil {

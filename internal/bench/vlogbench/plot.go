@@ -78,7 +78,7 @@ func plotLines(path, title string, xs []float64, xLabels []string, ss []series) 
 			}
 			prevX, prevY = x, y
 		}
-		lx := left + 20 + i*150
+		lx := left + 20 + i*160
 		fill(img, image.Rect(lx, H-22, lx+14, H-12), c)
 		text(img, lx+20, H-23, strings.ToUpper(s.name), black)
 	}
@@ -217,9 +217,9 @@ func WritePlots(dir string, rs []Result) ([]string, error) {
 			seen[r.ValueBytes] = true
 			sizes = append(sizes, r.ValueBytes)
 		}
-		if !seenMode[r.Mode.String()] {
-			seenMode[r.Mode.String()] = true
-			modes = append(modes, r.Mode.String())
+		if !seenMode[r.Label()] {
+			seenMode[r.Label()] = true
+			modes = append(modes, r.Label())
 		}
 	}
 	if len(sizes) > 0 {
@@ -235,6 +235,7 @@ func WritePlots(dir string, rs []Result) ([]string, error) {
 		}{
 			{"case1_write_amp.png", "case 1: write amplification (engine bytes / user bytes) vs value size", Result.WriteAmp},
 			{"case1_space_amp.png", "case 1: space amplification (allocated / live) at end vs value size", Result.SpaceAmp},
+			{"case1_space_amp_settled.png", "case 1: space amplification after GC settled vs value size", Result.SpaceAmpSettled},
 			{"case1_ops.png", "case 1: updates per second vs value size", Result.OpsPerSec},
 		} {
 			var ss []series
@@ -243,7 +244,7 @@ func WritePlots(dir string, rs []Result) ([]string, error) {
 				for _, size := range sizes {
 					y := math.NaN()
 					for _, r := range rs {
-						if r.Case == 1 && r.ValueBytes == size && r.Mode.String() == mode {
+						if r.Case == 1 && r.ValueBytes == size && r.Label() == mode {
 							y = m.f(r)
 						}
 					}
@@ -262,11 +263,11 @@ func WritePlots(dir string, rs []Result) ([]string, error) {
 	var xs, ys []float64
 	var labels []string
 	for _, r := range rs {
-		if r.Case != 2 || r.Mode.String() != "rewrite" {
+		if r.Case != 2 || r.Label() != "rewrite" {
 			continue
 		}
 		for _, p := range rs {
-			if p.Case == 2 && p.Mode.String() == "punch" && p.Updates == r.Updates && r.EngineWrittenBytes > 0 {
+			if p.Case == 2 && p.Label() == "punch" && p.Updates == r.Updates && r.EngineWrittenBytes > 0 {
 				xs = append(xs, float64(r.Updates)/float64(r.Records))
 				ys = append(ys, float64(p.EngineWrittenBytes)/float64(r.EngineWrittenBytes))
 				labels = append(labels, fmt.Sprintf("%.0fX", float64(r.Updates)/float64(r.Records)))
