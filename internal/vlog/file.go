@@ -175,7 +175,7 @@ type Entry struct {
 	// Ordinal is the record's position in the file's index (indexed
 	// iterators only).
 	Ordinal int
-	Header Header
+	Header  Header
 	// Key aliases the iterator's buffer until the next call to Next. It is
 	// unverified (see Iterator).
 	Key []byte
