@@ -396,3 +396,57 @@ func runBank(t *testing.T, makeFault func(*testcluster.Cluster, func() int) faul
 	_ = admin.Close()
 	checkReplicas(t, c)
 }
+
+// TestBankManyFaults runs a hot bank (few accounts, so transfers conflict,
+// wait for one another's intents and abort) through a sequence of faults:
+// the accounts' leaseholder stopped and restarted, the leader of range 1
+// (meta and timestamp oracle) partitioned and healed, the leader of a
+// status-table range stopped and restarted (commit points in flight), and
+// every Raft link of one node slowed down. The same invariants as
+// TestBankLeaderKill hold at the end.
+func TestBankManyFaults(t *testing.T) {
+	seed := testSeed(t)
+	accounts, transfers, workers := 40, 600, 6
+	if testing.Short() {
+		transfers, workers = 250, 4
+	}
+	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4})
+	admin := openDB(t, c)
+	b := newBankWorkload(accounts)
+	b.setup(t, admin)
+	dbs := make([]*client.DB, workers)
+	for i := range dbs {
+		dbs[i] = openDB(t, c)
+	}
+	leaderOf := func(rangeID uint64, what string) func() int {
+		return func() int {
+			deadline := time.Now().Add(setupDeadline)
+			for time.Now().Before(deadline) {
+				if i := c.LeaderOf(rangeID); i >= 0 {
+					t.Logf("nemesis: chose n%d, leader of range %d (%s)", i+1, rangeID, what)
+					return i
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Errorf("range %d has no leader after %v; choosing n1", rangeID, setupDeadline)
+			return 0
+		}
+	}
+	// Range 3 is the first of the status table's ranges (kvserver's
+	// InitialLayout: meta, heartbeats, then the status table).
+	const statusRangeID = 3
+	n := startNemesis(t, transfers,
+		killFault(c, leaseholderPicker(t, admin, c, b.keys)),
+		partitionFault(c, leaderOf(1, "meta and oracle")),
+		killFault(c, leaderOf(statusRangeID, "status table")),
+		delayFault(c, leaseholderPicker(t, admin, c, b.keys), 20*time.Millisecond),
+	)
+	b.run(t, dbs, seed, transfers, n)
+	n.finish()
+	b.verify(t, admin)
+	for _, db := range dbs {
+		_ = db.Close()
+	}
+	_ = admin.Close()
+	checkReplicas(t, c)
+}

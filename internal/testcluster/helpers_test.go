@@ -162,36 +162,53 @@ func killFault(c *testcluster.Cluster, pick func() int) fault {
 // to the node are not cut: clients keep sending it requests, which it must
 // not serve from a stale view.
 func partitionFault(c *testcluster.Cluster, pick func() int) fault {
-	set := func(i int, f kvserver.LinkFault) {
-		for j := range c.Addrs() {
-			if j == i {
-				continue
-			}
-			if n := c.Node(i); n != nil {
-				n.SetLinkFault(uint64(j+1), f)
-			}
-			if n := c.Node(j); n != nil {
-				n.SetLinkFault(uint64(i+1), f)
-			}
-		}
-	}
 	return func() (string, func() (string, error)) {
 		i := pick()
-		set(i, kvserver.LinkFault{Drop: true})
+		setLinks(c, i, kvserver.LinkFault{Drop: true})
 		return fmt.Sprintf("partitioned n%d", i+1), func() (string, error) {
-			set(i, kvserver.LinkFault{})
+			setLinks(c, i, kvserver.LinkFault{})
 			return fmt.Sprintf("healed the partition of n%d", i+1), nil
 		}
 	}
 }
 
-// nemesis injects a fault after a third of a workload's operations have
-// completed and heals it after two thirds. The workload reports each
-// completed operation with done.
+// setLinks sets f on every Raft link of node i, both ways.
+func setLinks(c *testcluster.Cluster, i int, f kvserver.LinkFault) {
+	for j := range c.Addrs() {
+		if j == i {
+			continue
+		}
+		if n := c.Node(i); n != nil {
+			n.SetLinkFault(uint64(j+1), f)
+		}
+		if n := c.Node(j); n != nil {
+			n.SetLinkFault(uint64(i+1), f)
+		}
+	}
+}
+
+// delayFault delays every Raft message to and from the node pick chooses
+// by delay (a slow node), and removes the delay when healed.
+func delayFault(c *testcluster.Cluster, pick func() int, delay time.Duration) fault {
+	return func() (string, func() (string, error)) {
+		i := pick()
+		setLinks(c, i, kvserver.LinkFault{Delay: delay})
+		return fmt.Sprintf("slowed every Raft link of n%d by %v", i+1, delay), func() (string, error) {
+			setLinks(c, i, kvserver.LinkFault{})
+			return fmt.Sprintf("removed the delay on n%d", i+1), nil
+		}
+	}
+}
+
+// nemesis injects faults one after another while a workload runs, by
+// progress, not time: with m faults, fault j is injected once (2j+1)/(2m+1)
+// of the workload's operations have completed and healed at (2j+2)/(2m+1).
+// With one fault: on after a third, healed after two thirds. The workload
+// reports each completed operation with done.
 type nemesis struct {
 	t      *testing.T
 	total  int64
-	inject fault
+	faults []fault
 	wake   chan struct{}
 	wg     sync.WaitGroup
 	start  time.Time
@@ -200,17 +217,20 @@ type nemesis struct {
 
 	mu struct {
 		sync.Mutex
-		phase  int // 0: before the fault, 1: during, 2: healed (or finished)
-		heal   func() (string, error)
-		events []string
-		err    error
+		// step counts injections and heals done: fault step/2 is on when
+		// step is odd. Invariant: step <= 2*len(faults).
+		step     int
+		finished bool
+		heal     func() (string, error)
+		events   []string
+		err      error
 	}
 }
 
 // startNemesis starts the nemesis goroutine for a workload of total
 // operations.
-func startNemesis(t *testing.T, total int, inject fault) *nemesis {
-	n := &nemesis{t: t, total: int64(total), inject: inject, wake: make(chan struct{}, 1), start: time.Now()}
+func startNemesis(t *testing.T, total int, faults ...fault) *nemesis {
+	n := &nemesis{t: t, total: int64(total), faults: faults, wake: make(chan struct{}, 1), start: time.Now()}
 	n.wg.Add(1)
 	go n.run()
 	return n
@@ -225,73 +245,76 @@ func (n *nemesis) done() {
 	}
 }
 
-func (n *nemesis) event(format string, args ...any) {
+func (n *nemesis) eventLocked(format string, args ...any) {
 	n.mu.events = append(n.mu.events, fmt.Sprintf("%v: ", time.Since(n.start).Round(time.Millisecond))+fmt.Sprintf(format, args...))
+}
+
+// threshold is the progress at which step s (0-based) is due.
+func (n *nemesis) threshold(s int) int64 {
+	return int64(s+1) * n.total / int64(2*len(n.faults)+1)
 }
 
 func (n *nemesis) run() {
 	defer n.wg.Done()
 	for range n.wake {
-		p := n.progress.Load()
-		n.mu.Lock()
-		phase := n.mu.phase
-		n.mu.Unlock()
-		switch {
-		case phase == 2:
-			return
-		case phase == 0 && p >= n.total/3:
-			desc, heal := n.inject()
+		for {
+			p := n.progress.Load()
 			n.mu.Lock()
-			n.event("%s after %d/%d operations", desc, p, n.total)
-			if n.mu.phase == 0 {
-				n.mu.phase, n.mu.heal = 1, heal
-			} else {
-				// finish ran while the fault was being injected.
-				desc, err := heal()
-				n.event("%s at the end", desc)
-				if err != nil && n.mu.err == nil {
-					n.mu.err = fmt.Errorf("%s: %w", desc, err)
-				}
-			}
+			step, finished := n.mu.step, n.mu.finished
 			n.mu.Unlock()
-		case phase == 1 && p >= 2*n.total/3:
-			n.healNow(p)
+			if finished || step >= 2*len(n.faults) || p < n.threshold(step) {
+				break
+			}
+			if step%2 == 1 {
+				n.healNow(p)
+				continue
+			}
+			// Injecting may take a while (finding a leaseholder); the lock
+			// is not held meanwhile, so finish may run: it then finds the
+			// step unchanged and this heals at once.
+			desc, heal := n.faults[step/2]()
+			n.mu.Lock()
+			n.eventLocked("%s after %d/%d operations", desc, p, n.total)
+			n.mu.step++
+			n.mu.heal = heal
+			n.mu.Unlock()
 		}
 	}
 }
 
-// healNow ends the fault if it is on.
+// healNow ends the fault that is on, if any.
 func (n *nemesis) healNow(p int64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.mu.phase == 1 {
-		desc, err := n.mu.heal()
-		n.event("%s after %d/%d operations", desc, p, n.total)
-		if err != nil && n.mu.err == nil {
-			n.mu.err = fmt.Errorf("%s: %w", desc, err)
-		}
+	if n.mu.step%2 == 0 {
+		return
 	}
-	n.mu.phase = 2
+	desc, err := n.mu.heal()
+	n.eventLocked("%s after %d/%d operations", desc, p, n.total)
+	if err != nil && n.mu.err == nil {
+		n.mu.err = fmt.Errorf("%s: %w", desc, err)
+	}
+	n.mu.step++
 }
 
 // finish ends the nemesis once the workload is over, healing a fault that
 // is still on. It logs the events and fails the test if healing failed or
-// no fault was ever injected.
+// not every fault was injected.
 func (n *nemesis) finish() {
 	n.t.Helper()
 	n.mu.Lock()
-	injected := n.mu.phase > 0
+	n.mu.finished = true
 	n.mu.Unlock()
-	n.healNow(n.progress.Load())
 	close(n.wake)
 	n.wg.Wait()
+	n.healNow(n.progress.Load())
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, e := range n.mu.events {
 		n.t.Log("nemesis: " + e)
 	}
-	if !injected {
-		n.t.Errorf("the nemesis never injected its fault (%d of %d operations reported)", n.progress.Load(), n.total)
+	if injected := (n.mu.step + 1) / 2; injected < len(n.faults) {
+		n.t.Errorf("the nemesis injected %d of its %d faults (%d of %d operations reported)", injected, len(n.faults), n.progress.Load(), n.total)
 	}
 	if n.mu.err != nil {
 		n.t.Fatalf("nemesis: %v", n.mu.err)
