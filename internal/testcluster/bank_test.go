@@ -237,8 +237,15 @@ func (b *bankWorkload) run(t *testing.T, dbs []*client.DB, seed uint64, total in
 		classes = append(classes, fmt.Sprintf("%s: %d", c, k))
 	}
 	sort.Strings(classes)
-	t.Logf("bank: %d transfers in %v: %d committed, %d failed, %d ambiguous; errors: %s",
-		total, time.Since(start).Round(time.Millisecond), len(b.mu.acked), len(b.mu.failed), len(b.mu.ambiguous), strings.Join(classes, ", "))
+	var resolved, abortedOthers int64
+	for _, db := range dbs {
+		st := db.Stats()
+		resolved += st.AmbiguousResolved
+		abortedOthers += st.AbortedOthers
+	}
+	t.Logf("bank: %d transfers in %v: %d committed, %d failed, %d ambiguous (%d unknown commits settled by lookup, %d abandoned transactions aborted); errors: %s",
+		total, time.Since(start).Round(time.Millisecond), len(b.mu.acked), len(b.mu.failed), len(b.mu.ambiguous),
+		resolved, abortedOthers, strings.Join(classes, ", "))
 }
 
 // verify reads the accounts and receipts in one transaction and checks
@@ -418,27 +425,13 @@ func TestBankManyFaults(t *testing.T) {
 	for i := range dbs {
 		dbs[i] = openDB(t, c)
 	}
-	leaderOf := func(rangeID uint64, what string) func() int {
-		return func() int {
-			deadline := time.Now().Add(setupDeadline)
-			for time.Now().Before(deadline) {
-				if i := c.LeaderOf(rangeID); i >= 0 {
-					t.Logf("nemesis: chose n%d, leader of range %d (%s)", i+1, rangeID, what)
-					return i
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			t.Errorf("range %d has no leader after %v; choosing n1", rangeID, setupDeadline)
-			return 0
-		}
-	}
 	// Range 3 is the first of the status table's ranges (kvserver's
 	// InitialLayout: meta, heartbeats, then the status table).
 	const statusRangeID = 3
 	n := startNemesis(t, transfers,
 		killFault(c, leaseholderPicker(t, admin, c, b.keys)),
-		partitionFault(c, leaderOf(1, "meta and oracle")),
-		killFault(c, leaderOf(statusRangeID, "status table")),
+		partitionFault(c, rangeLeaderPicker(t, c, 1, "meta and oracle")),
+		killFault(c, rangeLeaderPicker(t, c, statusRangeID, "status table")),
 		delayFault(c, leaseholderPicker(t, admin, c, b.keys), 20*time.Millisecond),
 	)
 	b.run(t, dbs, seed, transfers, n)

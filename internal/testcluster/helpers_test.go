@@ -187,6 +187,23 @@ func setLinks(c *testcluster.Cluster, i int, f kvserver.LinkFault) {
 	}
 }
 
+// rangeLeaderPicker returns a nemesis pick function that chooses the
+// node leading rangeID when the time comes.
+func rangeLeaderPicker(t *testing.T, c *testcluster.Cluster, rangeID uint64, what string) func() int {
+	return func() int {
+		deadline := time.Now().Add(setupDeadline)
+		for time.Now().Before(deadline) {
+			if i := c.LeaderOf(rangeID); i >= 0 {
+				t.Logf("nemesis: chose n%d, leader of range %d (%s)", i+1, rangeID, what)
+				return i
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Errorf("range %d has no leader after %v; choosing n1", rangeID, setupDeadline)
+		return 0
+	}
+}
+
 // delayFault delays every Raft message to and from the node pick chooses
 // by delay (a slow node), and removes the delay when healed.
 func delayFault(c *testcluster.Cluster, pick func() int, delay time.Duration) fault {

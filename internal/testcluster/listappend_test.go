@@ -20,8 +20,8 @@ import (
 // The list-append workload (Jepsen's Elle): each key holds a list of
 // integers, stored as its decimal elements joined by commas. A
 // transaction runs 1-4 micro-operations: append a value unique in the whole
-// history to a key's list (read the list, write it back longer), or read a
-// key's list. Keys are spread over the four user ranges by their first
+// history to a key's list (read the list, write it back longer), read a
+// key's list, or read the lists of a range's two keys with one Scan. Keys are spread over the four user ranges by their first
 // byte, so most transactions commit across ranges.
 //
 // Every attempt of every DB.Txn call is recorded as its own
@@ -66,15 +66,20 @@ func decodeList(v []byte) ([]int, error) {
 }
 
 // plannedOp is a micro-operation a transaction will run: an append (its
-// value is drawn per attempt) or a read.
+// value is drawn per attempt), a read of one key (Get), or a read of every
+// key in [key, scanEnd) with one Scan (recorded as one read per workload
+// key in the span, absent keys as empty lists), which makes the
+// serializable commit check refresh a span rather than a key.
 type plannedOp struct {
 	appendOp bool
 	key      string
+	scanEnd  string // non-empty: a Scan
 }
 
-// runListAppend runs the workload with the given transaction options, a
-// node stopped after a third of the transactions and restarted after two
-// thirds, and returns the history.
+// runListAppend runs the workload with the given transaction options
+// while the nemesis stops and restarts the leaseholder of the keys' first
+// range, then partitions and heals the leader of a status-table range, and
+// returns the history.
 func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.TxnRecord {
 	t.Helper()
 	workers, txnsPerWorker := 5, 40
@@ -93,7 +98,11 @@ func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.
 		dbs[i] = openDB(t, c)
 	}
 	total := workers * txnsPerWorker
-	n := startNemesis(t, total, killFault(c, leaseholderPicker(t, admin, c, rawKeys)))
+	// Range 3 is the first of the status table's ranges (kvserver's
+	// InitialLayout): partitioning its leader cuts commit points in flight.
+	n := startNemesis(t, total,
+		killFault(c, leaseholderPicker(t, admin, c, rawKeys)),
+		partitionFault(c, rangeLeaderPicker(t, c, 3, "status table")))
 	h := testcluster.NewHistory()
 	var nextValue atomic.Int64
 	var committedCount atomic.Int64
@@ -112,7 +121,16 @@ func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.
 			for range txnsPerWorker {
 				plan := make([]plannedOp, 1+rng.IntN(4))
 				for i := range plan {
-					plan[i] = plannedOp{appendOp: rng.IntN(2) == 0, key: ks[rng.IntN(len(ks))]}
+					switch k := rng.IntN(len(ks)); rng.IntN(5) {
+					case 0, 1:
+						plan[i] = plannedOp{appendOp: true, key: ks[k]}
+					case 2, 3:
+						plan[i] = plannedOp{key: ks[k]}
+					default:
+						// Both keys of one user range: ks[2r] and ks[2r+1].
+						r := k / 2
+						plan[i] = plannedOp{key: ks[2*r], scanEnd: ks[2*r+1] + "\x00"}
+					}
 				}
 				var cur *check.TxnRecord
 				fn := func(ctx context.Context, txn *client.Txn) error {
@@ -123,6 +141,24 @@ func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.
 					}
 					cur = &check.TxnRecord{ID: h.NextTxnID(), StartTs: txn.StartTs()}
 					for _, op := range plan {
+						if op.scanEnd != "" {
+							kvs, err := txn.Scan(ctx, []byte(op.key), []byte(op.scanEnd), 0)
+							if err != nil {
+								return err
+							}
+							lists := map[string][]int{}
+							for _, kv := range kvs {
+								if lists[string(kv.Key)], err = decodeList(kv.Value); err != nil {
+									return err
+								}
+							}
+							for _, k := range ks {
+								if k >= op.key && k < op.scanEnd {
+									cur.Ops = append(cur.Ops, check.MicroOp{Kind: check.OpRead, Key: k, List: lists[k]})
+								}
+							}
+							continue
+						}
 						k := []byte(op.key)
 						old, _, err := txn.Get(ctx, k)
 						if err != nil {

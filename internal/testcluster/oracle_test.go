@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/canopy-db/canopy/client"
 	"github.com/canopy-db/canopy/internal/kvserver"
@@ -91,18 +90,7 @@ func TestOracleMonotonicAcrossFailover(t *testing.T) {
 	for i := range dbs {
 		dbs[i] = openDB(t, c)
 	}
-	oracleLeader := func() int {
-		deadline := time.Now().Add(setupDeadline)
-		for time.Now().Before(deadline) {
-			if i := c.LeaderOf(kvserver.OracleRangeID); i >= 0 {
-				t.Logf("nemesis: chose n%d, leader of range %d (the oracle)", i+1, kvserver.OracleRangeID)
-				return i
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Errorf("range %d has no leader after %v; choosing n1", kvserver.OracleRangeID, setupDeadline)
-		return 0
-	}
+	oracleLeader := rangeLeaderPicker(t, c, kvserver.OracleRangeID, "the oracle")
 	h := testcluster.NewHistory()
 	var mu sync.Mutex
 	var ops []tsOp // over both rounds
