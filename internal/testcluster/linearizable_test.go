@@ -29,7 +29,7 @@ import (
 // error may hide an applied write (Unknown). A get that failed returned
 // nothing and is recorded as Failed, which the checker drops.
 func TestLinearizableSingleKeyOps(t *testing.T) {
-	runLinearizable(t, killFault)
+	runLinearizable(t, false, killFault)
 }
 
 // TestLinearizablePartition is TestLinearizableSingleKeyOps with the
@@ -38,10 +38,30 @@ func TestLinearizableSingleKeyOps(t *testing.T) {
 // followers must not answer a Get from its stale state or acknowledge a
 // Put it cannot replicate.
 func TestLinearizablePartition(t *testing.T) {
-	runLinearizable(t, partitionFault)
+	runLinearizable(t, false, partitionFault)
 }
 
-func runLinearizable(t *testing.T, makeFault func(*testcluster.Cluster, func() int) fault) {
+// TestLinearizableWithTransactions mixes, on the same keys, the
+// single-key operations with one-key transactions (DB.Txn doing one Get,
+// Put or Delete), with the keys' leaseholder stopped and restarted. Since
+// transactions are strictly serializable (start_ts and commit_ts come from
+// the oracle after the call begins), the mixed history must still be
+// linearizable: it checks, for instance, that a Get meeting the intent of
+// a transaction whose commit is in flight waits for the decision, and that
+// a committed transaction's write is visible to every read that begins
+// after the commit is acknowledged, before its intents are resolved.
+//
+// A transactional write is OK when DB.Txn returned nil, Failed when it
+// definitely did not commit, Unknown when ambiguous
+// (testcluster.TxnOutcome); a transactional read that failed is dropped.
+func TestLinearizableWithTransactions(t *testing.T) {
+	runLinearizable(t, true, killFault)
+}
+
+// runLinearizable runs the single-key workload (with one-key transactions
+// for half of the operations if withTxns) under the fault makeFault builds
+// around the keys' leaseholder, and checks the history with porcupine.
+func runLinearizable(t *testing.T, withTxns bool, makeFault func(*testcluster.Cluster, func() int) fault) {
 	seed := testSeed(t)
 	clients, opsPerClient := 8, 150
 	if testing.Short() {
@@ -79,7 +99,13 @@ func runLinearizable(t *testing.T, makeFault func(*testcluster.Cluster, func() i
 				op := check.KVOp{ClientID: ci, Key: string(k)}
 				ctx, cancel := context.WithTimeout(context.Background(), opDeadline)
 				var err error
-				switch p := rng.IntN(10); {
+				p := rng.IntN(10)
+				if withTxns && rng.IntN(2) == 0 {
+					err = txnOp(ctx, db, h, &op, k, p, seq)
+					p = -1
+				}
+				switch {
+				case p < 0:
 				case p < 5:
 					op.Kind = check.OpGet
 					op.Call = h.Now()
@@ -145,4 +171,54 @@ func runLinearizable(t *testing.T, makeFault func(*testcluster.Cluster, func() i
 		t.Fatalf("single-key history is not linearizable: %s (visualization: %s)", info, vis)
 	}
 	t.Logf("linearizable (%s), checked in %v", info, time.Since(checkStart).Round(time.Millisecond))
+}
+
+// txnOp runs one operation of the linearizability workload as a one-key
+// transaction: a Get if p < 5, a Put if p < 9, else a Delete. It fills op
+// and returns DB.Txn's error.
+func txnOp(ctx context.Context, db *client.DB, h *testcluster.History, op *check.KVOp, k []byte, p, seq int) error {
+	var found bool
+	var v []byte
+	fn := func(ctx context.Context, txn *client.Txn) error {
+		var err error
+		switch {
+		case p < 5:
+			v, found, err = txn.Get(ctx, k)
+		case p < 9:
+			err = txn.Put(ctx, k, []byte(op.Value))
+		default:
+			err = txn.Delete(ctx, k)
+		}
+		return err
+	}
+	switch {
+	case p < 5:
+		op.Kind = check.OpGet
+	case p < 9:
+		op.Kind = check.OpPut
+		op.Value = fmt.Sprintf("c%d-%d-txn", op.ClientID, seq)
+	default:
+		op.Kind = check.OpDel
+	}
+	op.Call = h.Now()
+	err := db.Txn(ctx, fn)
+	op.Return = h.Now()
+	if op.Kind == check.OpGet {
+		op.Value, op.Found = string(v), found
+		op.Outcome = check.OK
+		if err != nil {
+			// A failed read returned nothing: drop it.
+			op.Outcome = check.Failed
+		}
+		return err
+	}
+	switch committed, ambiguous := testcluster.TxnOutcome(err); {
+	case committed:
+		op.Outcome = check.OK
+	case ambiguous:
+		op.Outcome = check.Unknown
+	default:
+		op.Outcome = check.Failed
+	}
+	return err
 }
