@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/storage"
 	"github.com/canopy-db/canopy/internal/testcluster"
 	"github.com/canopy-db/canopy/internal/testcluster/check"
 )
@@ -363,7 +364,16 @@ func bankSizes() (accounts, transfers, workers int) {
 // (I1, I2, I3), and once the workload stops every range's replicas hold
 // the same data at the same applied index (I5).
 func TestBankLeaderKill(t *testing.T) {
-	runBank(t, killFault)
+	runBank(t, storage.Options{}, killFault)
+}
+
+// TestBankLeaderKillValueSeparation is TestBankLeaderKill with every value
+// separated into blob files (storage.ModePunch with a threshold of 8
+// bytes, which every balance and receipt reaches) and blob GC running:
+// Raft application, restart and catch-up must carry the values, and the
+// I5 check compares values read through the blob pointers.
+func TestBankLeaderKillValueSeparation(t *testing.T) {
+	runBank(t, storage.Options{Mode: storage.ModePunch, ThresholdBytes: 8}, killFault)
 }
 
 // TestBankPartition is TestBankLeaderKill with a partition instead of a
@@ -375,15 +385,15 @@ func TestBankLeaderKill(t *testing.T) {
 // heals it catches up. The same invariants hold: the total, no
 // acknowledged transfer lost, no phantom transfer, and I5.
 func TestBankPartition(t *testing.T) {
-	runBank(t, partitionFault)
+	runBank(t, storage.Options{}, partitionFault)
 }
 
 // runBank runs the bank workload with the fault that makeFault builds
 // around the leaseholder of the accounts' busiest range.
-func runBank(t *testing.T, makeFault func(*testcluster.Cluster, func() int) fault) {
+func runBank(t *testing.T, so storage.Options, makeFault func(*testcluster.Cluster, func() int) fault) {
 	seed := testSeed(t)
 	accounts, transfers, workers := bankSizes()
-	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4})
+	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4, Storage: so})
 	admin := openDB(t, c)
 	b := newBankWorkload(accounts)
 	b.setup(t, admin)
