@@ -98,7 +98,7 @@ rewrite. Prints a table, writes vlog.csv and PNG plots into --out.`,
 	f.StringVar(&modes, "modes", "", "case 1 modes, comma separated (default inline,rewrite,punch,pebble)")
 	f.StringVar(&sizes, "sizes-kib", "", "case 1 value sizes in KiB, comma separated (default 1,2,4,...,512)")
 	f.DurationVar(&runTimeMax, "run-time-max", 120*time.Second, "bound on the update phase of one run")
-	f.BoolVar(&aligned, "aligned-punch", true, "also run punch with the proposal's layout (large records block aligned) for values above 4 KiB")
+	f.BoolVar(&aligned, "aligned-punch", true, "also run punch with the proposal's layout (large records block aligned) for values of 4 KiB and more")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile here")
 	f.BoolVar(&skip1, "skip-case1", false, "skip case 1")
 	f.BoolVar(&skip2, "skip-case2", false, "skip case 2")

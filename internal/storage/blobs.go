@@ -54,10 +54,23 @@ type blobFile struct {
 	// grow with the file's age. Not persisted: after a restart the first
 	// punch of a file re-punches its old holes once, which is harmless.
 	punched blockSet
-	// dead marks, by index ordinal, records a GC walk found dead, so that
-	// later walks skip them without I/O or an LSM read (a dead record
-	// never becomes live again). Only GC touches it; rounds are serialised.
-	dead blockSet
+	// dead marks, by index ordinal, records known dead, so that walks skip
+	// them without I/O or an LSM read (a dead record never becomes live
+	// again). deadComplete: every dead record is marked or waits in
+	// newlyDead, set by a full walk; then punching needs no walk (see
+	// punch). index, indexEnd: the file's record offsets and where its
+	// index begins, loaded by that walk. Only GC touches these four;
+	// rounds are serialised.
+	dead         blockSet
+	deadComplete bool
+	index        []int64
+	indexEnd     int64
+	// newlyDead: offsets of records killed since GC last looked, reported
+	// by the write path after its batch committed. Guarded by blobSet.mu.
+	newlyDead []int64
+	// deadOverflow: reports were dropped; the next punch walks the file.
+	// Guarded by blobSet.mu.
+	deadOverflow bool
 	// obsoleteEpoch: the reader-gate epoch fenced when the file became
 	// obsolete; it is deleted once readers up to it have drained.
 	obsoleteEpoch uint64
@@ -483,8 +496,9 @@ func (s *blobSet) read(p vlog.Pointer, key, buf []byte) ([]byte, error) {
 	return v, err
 }
 
-// addDiscard adds committed discard deltas to the in-memory mirror.
-func (s *blobSet) addDiscard(d map[uint64]int64) {
+// addDiscard adds committed discard deltas to the in-memory mirror, and
+// the offsets of the records that died to their files' newlyDead.
+func (s *blobSet) addDiscard(d map[uint64]int64, dead []vlog.Pointer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for num, n := range d {
@@ -492,7 +506,19 @@ func (s *blobSet) addDiscard(d map[uint64]int64) {
 			bf.discard += n
 		}
 	}
+	for _, p := range dead {
+		if bf := s.mu.files[p.File]; bf != nil && len(bf.newlyDead) < newlyDeadMax {
+			bf.newlyDead = append(bf.newlyDead, p.Offset)
+		} else if bf != nil {
+			// Too many unprocessed: forget them and walk the file next time.
+			bf.newlyDead = nil
+			bf.deadOverflow = true
+		}
+	}
 }
+
+// newlyDeadMax bounds the unprocessed death reports kept per file.
+const newlyDeadMax = 1 << 16
 
 // allocatedLocked returns the bytes bf occupies on disk.
 func (s *blobSet) allocatedLocked(bf *blobFile) int64 {

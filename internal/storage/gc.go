@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -155,6 +156,15 @@ func (s *blobSet) file(num uint64) *blobFile {
 }
 
 // punch is stage one for one file; see the comment at the top.
+//
+// The dead spans come from one of two sources. The first punch of a file
+// in this process walks it (headers and keys) and asks the LSM which
+// records are live. Later punches need no walk: the write path reports the
+// offset of every record it kills (newlyDead), and each newly dead record
+// is widened to the run of dead records around it, bounded by its live
+// neighbours. Rejected: walking every time. Each walk reads every live
+// record's key from the LSM, so its cost grows with the live data, while
+// the work to do grows only with what died since.
 func (e *Engine) punch(num uint64, rep *GCReport) error {
 	s := e.blobs
 	bf := s.file(num)
@@ -164,39 +174,29 @@ func (e *Engine) punch(num uint64, rep *GCReport) error {
 		return nil
 	}
 	size, discardBefore := bf.meta.SizeBytes, bf.discard
+	newly := bf.newlyDead
+	bf.newlyDead = nil
+	walk := !bf.deadComplete || bf.deadOverflow
+	bf.deadOverflow = false
 	s.mu.Unlock()
-	st, err := bf.f.Stat()
+	var spans []vlog.Span
+	var err error
+	if walk {
+		spans, err = e.punchSpansByWalk(bf, size)
+	} else {
+		spans, err = e.punchSpansByReports(bf, newly)
+	}
 	if err != nil {
-		return fmt.Errorf("storage: stat blob file: %w", err)
+		return fmt.Errorf("storage: punch %s: %w", vlog.FileName(num), err)
 	}
-	var live []vlog.Span
-	it, err := vlog.NewSealedIterator(bf.f, size)
-	if err != nil {
-		return fmt.Errorf("storage: punch %s: %w: %w", vlog.FileName(num), ErrCorruption, err)
-	}
-	it.Skip = func(ord int) bool { return bf.dead.has(int64(ord)) }
-	for it.Next() {
-		en := it.Entry()
-		ok, err := e.isLive(en.Key, num, en.Offset)
-		if err != nil {
-			return err
-		}
-		if ok {
-			live = append(live, vlog.Span{Offset: en.Offset, Bytes: en.Header.RecordBytes()})
-		} else {
-			bf.dead.add(int64(en.Ordinal))
-		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("storage: punch %s: %w: %w", vlog.FileName(num), ErrCorruption, err)
-	}
-	idx, err := vlog.IndexSpan(bf.f, size)
-	if err != nil {
-		return fmt.Errorf("storage: punch %s: %w: %w", vlog.FileName(num), ErrCorruption, err)
-	}
-	spans := vlog.HoleSpans(append(live, idx), st.Size())
 	if !e.waitReaders(e.readers.fence()) {
-		return nil // an old reader is still open; try again next round
+		// An old reader is still open; try again next round.
+		if !walk {
+			s.mu.Lock()
+			bf.newlyDead = append(bf.newlyDead, newly...)
+			s.mu.Unlock()
+		}
+		return nil
 	}
 	var before int64
 	if s.realFS {
@@ -246,6 +246,99 @@ func (e *Engine) punch(num uint64, rep *GCReport) error {
 	rep.Punched = append(rep.Punched, num)
 	rep.PunchedBytes += punched
 	return nil
+}
+
+// punchSpansByWalk walks a sealed file, marks its dead records, loads its
+// index and returns every block-aligned span holding no live byte.
+func (e *Engine) punchSpansByWalk(bf *blobFile, size int64) ([]vlog.Span, error) {
+	offsets, indexEnd, err := vlog.ReadIndex(bf.f, size)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorruption, err)
+	}
+	var live []vlog.Span
+	it, err := vlog.NewSealedIterator(bf.f, size)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorruption, err)
+	}
+	// Records passed over (known dead, or with a punched header) are dead.
+	it.Skip = func(ord int) bool { return bf.dead.has(int64(ord)) }
+	next := 0
+	for it.Next() {
+		en := it.Entry()
+		for ; next < en.Ordinal; next++ {
+			bf.dead.add(int64(next))
+		}
+		next = en.Ordinal + 1
+		ok, err := e.isLive(en.Key, bf.num, en.Offset)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			live = append(live, vlog.Span{Offset: en.Offset, Bytes: en.Header.RecordBytes()})
+		} else {
+			bf.dead.add(int64(en.Ordinal))
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorruption, err)
+	}
+	for ; next < len(offsets); next++ {
+		bf.dead.add(int64(next))
+	}
+	bf.index, bf.indexEnd, bf.deadComplete = offsets, indexEnd, true
+	return vlog.HoleSpans(append(live, vlog.Span{Offset: indexEnd, Bytes: size - indexEnd}), size), nil
+}
+
+// punchSpansByReports marks the reported records dead and returns, for each,
+// the block-aligned span of the run of dead records around it, bounded by
+// the live neighbours (or the file's start and its index).
+func (e *Engine) punchSpansByReports(bf *blobFile, newly []int64) ([]vlog.Span, error) {
+	n := len(bf.index)
+	var ords []int
+	for _, off := range newly {
+		i, ok := slices.BinarySearch(bf.index, off)
+		if !ok {
+			return nil, fmt.Errorf("%w: reported dead record at %d is not in the index", ErrCorruption, off)
+		}
+		bf.dead.add(int64(i))
+		ords = append(ords, i)
+	}
+	slices.Sort(ords)
+	var spans []vlog.Span
+	covered := -1 // runs are found in order; skip ordinals inside the last
+	for _, o := range ords {
+		if o <= covered {
+			continue
+		}
+		i, j := o, o
+		for i > 0 && bf.dead.has(int64(i-1)) {
+			i--
+		}
+		for j < n-1 && bf.dead.has(int64(j+1)) {
+			j++
+		}
+		covered = j
+		start := int64(0)
+		if i > 0 {
+			h, err := vlog.ReadHeader(bf.f, bf.index[i-1])
+			if err != nil {
+				// The left neighbour is live (not marked dead), so its
+				// header must be intact.
+				return nil, fmt.Errorf("%w: live neighbour: %w", ErrCorruption, err)
+			}
+			start = bf.index[i-1] + h.RecordBytes()
+		}
+		end := bf.indexEnd
+		if j < n-1 {
+			end = bf.index[j+1]
+		}
+		start += (vlog.BlockBytes - start%vlog.BlockBytes) % vlog.BlockBytes
+		end -= end % vlog.BlockBytes
+		if end > start {
+			spans = append(spans, vlog.Span{Offset: start, Bytes: end - start})
+		}
+	}
+	return spans, nil
 }
 
 // waitReaders waits, at most ReaderWaitMax, until readers up to ep closed.
@@ -432,6 +525,7 @@ func (e *Engine) casPointers(moves []move) error {
 	b := e.db.NewBatch()
 	defer b.Close()
 	discard := map[uint64]int64{}
+	var dead []vlog.Pointer
 	var ptrBuf []byte
 	for _, m := range moves {
 		n := vlog.RecordBytes(len(m.key), int(m.old.ValueBytes))
@@ -455,6 +549,7 @@ func (e *Engine) casPointers(moves []move) error {
 			discard[m.old.File] += n
 		} else {
 			discard[m.new.File] += n
+			dead = append(dead, m.new)
 		}
 	}
 	for num, n := range discard {
@@ -465,7 +560,7 @@ func (e *Engine) casPointers(moves []move) error {
 	if err := b.Commit(e.writeOpts(true)); err != nil {
 		return fmt.Errorf("storage: update pointers: %w", err)
 	}
-	e.blobs.addDiscard(discard)
+	e.blobs.addDiscard(discard, dead)
 	return nil
 }
 

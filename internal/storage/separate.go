@@ -80,6 +80,7 @@ func (e *Engine) commitSeparated(b *Batch, sync bool) (retErr error) {
 	defer unlock()
 
 	discard := map[uint64]int64{}
+	var dead []vlog.Pointer
 	killed := map[string]bool{}
 	kill := func(key, stored []byte) error {
 		if killed[string(key)] {
@@ -91,6 +92,7 @@ func (e *Engine) commitSeparated(b *Batch, sync bool) (retErr error) {
 			return err
 		}
 		discard[p.File] += vlog.RecordBytes(len(key), int(p.ValueBytes))
+		dead = append(dead, p)
 		return nil
 	}
 	for k := range lastOp {
@@ -161,7 +163,7 @@ func (e *Engine) commitSeparated(b *Batch, sync bool) (retErr error) {
 		return err
 	}
 	if len(discard) > 0 {
-		e.blobs.addDiscard(discard)
+		e.blobs.addDiscard(discard, dead)
 		e.gc.kick()
 	}
 	return nil

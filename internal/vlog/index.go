@@ -131,3 +131,16 @@ func IndexSpan(r io.ReaderAt, size int64) (Span, error) {
 	}
 	return Span{Offset: off, Bytes: size - off}, nil
 }
+
+// ReadHeader reads and checks the header of the record at off.
+func ReadHeader(r io.ReaderAt, off int64) (Header, error) {
+	var b [HeaderBytes]byte
+	if _, err := r.ReadAt(b[:], off); err != nil {
+		return Header{}, fmt.Errorf("vlog: read header at %d: %w", off, err)
+	}
+	h, err := decodeHeader(b[:])
+	if errors.Is(err, errHole) {
+		return Header{}, fmt.Errorf("%w: header at %d is zero", ErrCorruption, off)
+	}
+	return h, err
+}

@@ -119,7 +119,11 @@ type Result struct {
 	Seconds      float64
 	// GCSeconds: the part of Seconds spent in foreground GC rounds.
 	GCSeconds float64
-	TimedOut  bool
+	// CPUSeconds: user+system CPU time of the process during the update
+	// phase (getrusage), less sensitive than Seconds to other load on the
+	// machine. LoadAvg: the 1-minute load average at the end of the run.
+	CPUSeconds, LoadAvg float64
+	TimedOut            bool
 }
 
 func (r Result) WriteAmp() float64   { return float64(r.EngineWrittenBytes) / float64(r.UserBytes) }
@@ -129,6 +133,9 @@ func (r Result) SpaceAmpMax() float64 {
 	return float64(r.AllocatedMaxBytes) / float64(r.LiveBytes)
 }
 func (r Result) OpsPerSec() float64 { return float64(r.Updates) / r.Seconds }
+func (r Result) BlobSpaceAmp() float64 {
+	return float64(r.BlobAllocatedBytes) / float64(r.LiveBytes)
+}
 func (r Result) SpaceAmpSettled() float64 {
 	return float64(r.SettledAllocatedBytes) / float64(r.LiveBytes)
 }
@@ -159,7 +166,7 @@ func Run(c Config) ([]Result, error) {
 				}
 				out = append(out, r)
 			}
-			if c.AlignedPunch && vs > 4<<10 {
+			if c.AlignedPunch && vs >= 4<<10 {
 				r, err := runOne(c, 1, storage.ModePunch, true, vs, records, c.UpdatesFactor*records)
 				if err != nil {
 					return out, err
@@ -185,7 +192,11 @@ func Run(c Config) ([]Result, error) {
 }
 
 func engineOptions(c Config, mode storage.Mode, aligned bool) storage.Options {
-	target := max(c.BudgetBytes/8, 1<<20)
+	// Blob files of 1/16 of the live data, as Titan's 256 MiB files are to a
+	// few GiB; a memtable of 4 MiB whatever the budget, so that the LSM
+	// flushes and compacts in every run (Pebble preallocates each WAL file
+	// to 1.1 x the memtable, a fixed overhead counted in space amp).
+	target := max(c.BudgetBytes/16, 1<<20)
 	placement := vlog.PackLarge
 	if aligned {
 		placement = vlog.AlignLarge
@@ -196,7 +207,7 @@ func engineOptions(c Config, mode storage.Mode, aligned bool) storage.Options {
 		NoSync:              true,
 		ThresholdBytes:      c.ThresholdBytes,
 		BlobFileTargetBytes: target,
-		MemTableBytes:       uint64(max(c.BudgetBytes/8, 1<<20)),
+		MemTableBytes:       4 << 20,
 		CacheBytes:          32 << 20,
 		// GC runs in the foreground of the update loop (see runOne).
 		GC: storage.GCOptions{Disabled: true},
@@ -276,6 +287,7 @@ func runOne(c Config, caseNum int, mode storage.Mode, aligned bool, valueBytes, 
 		return Result{}, err
 	}
 	bs0 := e.BlobStats()
+	cpu0 := cpuSeconds()
 	start := time.Now()
 	sampleEvery := max(1, updates/50)
 	// GC runs in the update loop, after every quarter blob file of updates,
@@ -319,6 +331,8 @@ func runOne(c Config, caseNum int, mode storage.Mode, aligned bool, valueBytes, 
 		}
 	}
 	r.Seconds = time.Since(start).Seconds()
+	r.CPUSeconds = cpuSeconds() - cpu0
+	r.LoadAvg = loadAvg()
 	bs := e.BlobStats()
 	r.EngineWrittenBytes = engineWritten(e) - eng0
 	io1, err := procIOWritten()
@@ -413,3 +427,23 @@ func allocatedBytes(dir string) (int64, error) {
 	})
 	return sum, err
 }
+
+func cpuSeconds() float64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+}
+
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f, _ := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	return f
+}
+
+// CPUMicrosPerUpdate is the process CPU time per update.
+func (r Result) CPUMicrosPerUpdate() float64 { return 1e6 * r.CPUSeconds / float64(r.Updates) }

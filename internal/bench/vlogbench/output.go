@@ -12,16 +12,16 @@ import (
 // WriteTable prints one row per run.
 func WriteTable(w io.Writer, rs []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "case\tmode\tvalue\trecords\tupdates\tWA engine\tWA io\tspace amp\tmax\tsettled\tblob share\tupdates/s\tGC s\tGC rewritten MiB\tpunched MiB\tpadding MiB\t")
+	fmt.Fprintln(tw, "case\tmode\tvalue\trecords\tupdates\tWA engine\tWA io\tspace amp\tmax\tsettled\tblob SA\tupdates/s\tGC s\tCPU us/upd\tload\tGC rewritten MiB\tpunched MiB\tpadding MiB\t")
 	for _, r := range rs {
 		to := ""
 		if r.TimedOut {
 			to = " (time limit)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d KiB\t%d\t%d%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f%%\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t\n",
+		fmt.Fprintf(tw, "%d\t%s\t%d KiB\t%d\t%d%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%.1f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t\n",
 			r.Case, r.Label(), r.ValueBytes>>10, r.Records, r.Updates, to, r.WriteAmp(), r.WriteAmpIO(),
-			r.SpaceAmp(), r.SpaceAmpMax(), r.SpaceAmpSettled(), 100*float64(r.BlobAllocatedBytes)/float64(max(1, r.AllocatedBytes)),
-			r.OpsPerSec(), r.GCSeconds, mib(r.GCRewrittenBytes), mib(r.GCPunchedBytes), mib(r.PaddingBytes))
+			r.SpaceAmp(), r.SpaceAmpMax(), r.SpaceAmpSettled(), r.BlobSpaceAmp(),
+			r.OpsPerSec(), r.GCSeconds, r.CPUMicrosPerUpdate(), r.LoadAvg, mib(r.GCRewrittenBytes), mib(r.GCPunchedBytes), mib(r.PaddingBytes))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -68,8 +68,8 @@ func WriteCSV(path string, rs []Result) error {
 	_ = w.Write([]string{"case", "mode", "value_bytes", "records", "updates", "user_bytes",
 		"engine_written_bytes", "io_written_bytes", "write_amp_engine", "write_amp_io",
 		"live_bytes", "allocated_bytes", "allocated_max_bytes", "settled_allocated_bytes", "blob_allocated_bytes",
-		"space_amp", "space_amp_max", "space_amp_settled",
-		"seconds", "gc_seconds", "updates_per_sec", "gc_rewritten_bytes", "gc_punched_bytes", "padding_bytes", "timed_out"})
+		"space_amp", "space_amp_max", "space_amp_settled", "blob_space_amp",
+		"seconds", "gc_seconds", "cpu_seconds", "load_avg_1m", "updates_per_sec", "gc_rewritten_bytes", "gc_punched_bytes", "padding_bytes", "timed_out"})
 	i := strconv.Itoa
 	i64 := func(n int64) string { return strconv.FormatInt(n, 10) }
 	fl := func(x float64) string { return strconv.FormatFloat(x, 'f', 4, 64) }
@@ -77,8 +77,8 @@ func WriteCSV(path string, rs []Result) error {
 		_ = w.Write([]string{i(r.Case), r.Label(), i(r.ValueBytes), i(r.Records), i(r.Updates), i64(r.UserBytes),
 			i64(r.EngineWrittenBytes), i64(r.IOWrittenBytes), fl(r.WriteAmp()), fl(r.WriteAmpIO()),
 			i64(r.LiveBytes), i64(r.AllocatedBytes), i64(r.AllocatedMaxBytes), i64(r.SettledAllocatedBytes), i64(r.BlobAllocatedBytes),
-			fl(r.SpaceAmp()), fl(r.SpaceAmpMax()), fl(r.SpaceAmpSettled()),
-			fl(r.Seconds), fl(r.GCSeconds), fl(r.OpsPerSec()), i64(r.GCRewrittenBytes), i64(r.GCPunchedBytes), i64(r.PaddingBytes),
+			fl(r.SpaceAmp()), fl(r.SpaceAmpMax()), fl(r.SpaceAmpSettled()), fl(r.BlobSpaceAmp()),
+			fl(r.Seconds), fl(r.GCSeconds), fl(r.CPUSeconds), fl(r.LoadAvg), fl(r.OpsPerSec()), i64(r.GCRewrittenBytes), i64(r.GCPunchedBytes), i64(r.PaddingBytes),
 			strconv.FormatBool(r.TimedOut)})
 	}
 	w.Flush()
