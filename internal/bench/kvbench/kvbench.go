@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/canopy-db/canopy/internal/bench"
 	"github.com/canopy-db/canopy/internal/bench/latency"
 )
 
@@ -110,6 +111,19 @@ type Result struct {
 	// during the measured time: the client's, and the nodes' too when the
 	// cluster runs in this process. 0 where the platform cannot tell.
 	ProcessCPU time.Duration
+	// OtherCPU is the CPU time the rest of the machine used during the
+	// measured time (bench.SystemBusyCPU less ProcessCPU); -1 where the
+	// platform cannot tell.
+	OtherCPU time.Duration
+}
+
+// OtherCPUPercent is OtherCPU over the measured time, in percent of one
+// CPU; -1 if unknown.
+func (r Result) OtherCPUPercent() float64 {
+	if r.Elapsed <= 0 || r.OtherCPU < 0 {
+		return -1
+	}
+	return 100 * r.OtherCPU.Seconds() / r.Elapsed.Seconds()
 }
 
 // CPUPercent is ProcessCPU over the measured time, in percent of one CPU
@@ -295,6 +309,7 @@ func Run(ctx context.Context, kv KV, o Options, readPercent, concurrency int) (R
 	}
 	measuring.Store(true)
 	start, cpuStart := time.Now(), processCPU()
+	sysStart, sysOK := bench.SystemBusyCPU()
 	deadline := time.NewTimer(o.Duration)
 	defer deadline.Stop()
 	tick := time.NewTicker(o.ProgressInterval)
@@ -321,6 +336,12 @@ func Run(ctx context.Context, kv KV, o Options, readPercent, concurrency int) (R
 	// so far; calls still in flight are cancelled and not counted (a call
 	// that completes after this instant would inflate the rate).
 	res.Elapsed, res.ProcessCPU = time.Since(start), processCPU()-cpuStart
+	res.OtherCPU = -1
+	if sysEnd, ok := bench.SystemBusyCPU(); ok && sysOK {
+		// The two clocks tick differently (/proc/stat in 10ms steps):
+		// a small negative difference means none.
+		res.OtherCPU = max(0, sysEnd-sysStart-res.ProcessCPU)
+	}
 	res.Ops, res.Reads, res.Writes = ops.Load(), nReads.Load(), nWrites.Load()
 	stop()
 	wg.Wait()

@@ -31,22 +31,23 @@ func (r Row) Series(manyClusters bool) string {
 }
 
 // TableHeader is the header of the table WriteTableRow prints under.
-const TableHeader = "workload        cluster    conc       ops      secs      ops/s   p50 ms   p99 ms   max ms  errors   cpu %"
+const TableHeader = "workload        cluster    conc       ops      secs      ops/s   p50 ms   p99 ms   max ms  errors   cpu %  other cpu %"
 
 // WriteTableRow prints one row, aligned under TableHeader. Figures are
 // printed as measured: ops/s to 0.1, latencies to 0.01 ms; cpu % is the
-// process's CPU time over the run's time, in percent of one CPU.
+// process's CPU time over the run's time, in percent of one CPU, and
+// other cpu % the same for the rest of the machine (-1: unknown).
 func WriteTableRow(w io.Writer, r Row) {
-	fmt.Fprintf(w, "%-15s %-10s %4d  %8d  %8.2f  %9.1f  %7.2f  %7.2f  %7.2f  %6d  %6.0f\n",
+	fmt.Fprintf(w, "%-15s %-10s %4d  %8d  %8.2f  %9.1f  %7.2f  %7.2f  %7.2f  %6d  %6.0f  %11.0f\n",
 		WorkloadName(r.ReadPercent), r.Cluster, r.Concurrency, r.Ops, r.Elapsed.Seconds(), r.OpsPerSecond(),
-		Millis(r.All.P50), Millis(r.All.P99), Millis(r.All.Max), r.Errors, r.CPUPercent())
+		Millis(r.All.P50), Millis(r.All.P99), Millis(r.All.Max), r.Errors, r.CPUPercent(), r.OtherCPUPercent())
 }
 
 var csvHeader = []string{
 	"workload", "read_percent", "cluster", "concurrency", "value_bytes", "keys",
 	"ops", "reads", "writes", "errors", "not_found", "seconds", "ops_per_second",
 	"p50_ms", "p99_ms", "max_ms", "get_p50_ms", "get_p99_ms", "put_p50_ms", "put_p99_ms",
-	"process_cpu_percent", "machine",
+	"process_cpu_percent", "other_cpu_percent", "machine",
 }
 
 // WriteCSV writes the rows, one per line after a header; the machine is a
@@ -78,7 +79,7 @@ func WriteCSV(path string, rows []Row, m bench.Machine) error {
 			strconv.FormatFloat(r.Elapsed.Seconds(), 'f', 3, 64), strconv.FormatFloat(r.OpsPerSecond(), 'f', 1, 64),
 			ms(Millis(r.All.P50)), ms(Millis(r.All.P99)), ms(Millis(r.All.Max)),
 			getP50, getP99, putP50, putP99,
-			strconv.FormatFloat(r.CPUPercent(), 'f', 0, 64), m.String(),
+			strconv.FormatFloat(r.CPUPercent(), 'f', 0, 64), strconv.FormatFloat(r.OtherCPUPercent(), 'f', 0, 64), m.String(),
 		})
 	}
 	w.Flush()
