@@ -227,6 +227,13 @@ func (s *sender) anyNode(ctx context.Context, what string, call func(ctx context
 		case rpcpb.ErrorCode_NOT_LEASEHOLDER:
 			s.nodes.set(pbErr.GetLeaseholderHint(), pbErr.GetLeaseholderAddress())
 			next = pbErr.GetLeaseholderAddress()
+			if next == "" || next == addr {
+				// No usable hint (a partitioned node knows no leader):
+				// asking it again gets the same answer until the attempts
+				// run out, so move on to the next node.
+				next = ""
+				s.cursor.Add(1)
+			}
 		case rpcpb.ErrorCode_INVALID_ARGUMENT, rpcpb.ErrorCode_INTERNAL:
 			return errorFromPB(pbErr)
 		default:
