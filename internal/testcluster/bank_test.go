@@ -399,7 +399,7 @@ func runBank(t *testing.T, so storage.Options, makeFault func(*testcluster.Clust
 	b.setup(t, admin)
 	dbs := make([]*client.DB, workers)
 	for i := range dbs {
-		dbs[i] = openDB(t, c)
+		dbs[i] = openWorkloadDB(t, c)
 	}
 	n := startNemesis(t, transfers, makeFault(c, leaseholderPicker(t, admin, c, b.keys)))
 	b.run(t, dbs, seed, transfers, n)
@@ -423,7 +423,7 @@ func runBank(t *testing.T, so storage.Options, makeFault func(*testcluster.Clust
 // TestBankLeaderKill hold at the end.
 func TestBankManyFaults(t *testing.T) {
 	seed := testSeed(t)
-	accounts, transfers, workers := 40, 600, 6
+	accounts, transfers, workers := 40, 450, 6
 	if testing.Short() {
 		transfers, workers = 250, 4
 	}
@@ -433,7 +433,7 @@ func TestBankManyFaults(t *testing.T) {
 	b.setup(t, admin)
 	dbs := make([]*client.DB, workers)
 	for i := range dbs {
-		dbs[i] = openDB(t, c)
+		dbs[i] = openWorkloadDB(t, c)
 	}
 	// Range 3 is the first of the status table's ranges (kvserver's
 	// InitialLayout: meta, heartbeats, then the status table).
@@ -446,6 +446,53 @@ func TestBankManyFaults(t *testing.T) {
 	)
 	b.run(t, dbs, seed, transfers, n)
 	n.finish()
+	b.verify(t, admin)
+	for _, db := range dbs {
+		_ = db.Close()
+	}
+	_ = admin.Close()
+	checkReplicas(t, c)
+}
+
+// TestBankAbortRaces runs a hot bank in which half of the clients are
+// impatient: HeartbeatTTL 50ms (the default is 5s). A client judges
+// the liveness of a transaction that has written no heartbeat record yet by
+// that transaction's start_ts plus its own HeartbeatTTL, so the impatient
+// clients abort any transaction older than 50ms whose intent they meet,
+// with put-unless-exists(ABORTED), while it is still running and racing its
+// own commit point. Invariant I1 is what is at stake: exactly one of the
+// two put-unless-exists wins, and the client's answer agrees with it. The
+// receipts check it: an acknowledged transfer's receipt exists, a transfer
+// reported as not committed left none, and the balances match the
+// receipts.
+func TestBankAbortRaces(t *testing.T) {
+	seed := testSeed(t)
+	accounts, transfers, workers := 40, 300, 6
+	if testing.Short() {
+		transfers, workers = 200, 4
+	}
+	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4})
+	admin := openDB(t, c)
+	b := newBankWorkload(accounts)
+	b.setup(t, admin)
+	dbs := make([]*client.DB, workers)
+	for i := range dbs {
+		if i%2 == 0 {
+			dbs[i] = openWorkloadDB(t, c, func(o *client.Options) { o.HeartbeatTTL = 50 * time.Millisecond })
+		} else {
+			dbs[i] = openWorkloadDB(t, c)
+		}
+	}
+	n := startNemesis(t, transfers, killFault(c, leaseholderPicker(t, admin, c, b.keys)))
+	b.run(t, dbs, seed, transfers, n)
+	n.finish()
+	var abortedOthers int64
+	for _, db := range dbs {
+		abortedOthers += db.Stats().AbortedOthers
+	}
+	if abortedOthers == 0 {
+		t.Errorf("no client aborted another's transaction: the race this test is about never happened")
+	}
 	b.verify(t, admin)
 	for _, db := range dbs {
 		_ = db.Close()

@@ -83,6 +83,25 @@ func openDB(t *testing.T, c *testcluster.Cluster, opts ...client.Option) *client
 	return db
 }
 
+// workloadRPCTimeout bounds one RPC attempt of the workloads' clients
+// (client.Options.RPCTimeout, default 10s). Shorter than the nodes' own
+// request timeout (10s), so that a request stuck on a partitioned
+// leaseholder is abandoned by the client, which exercises its handling of
+// timed-out attempts (ambiguous writes, resends, status lookups) and keeps
+// the partition tests short.
+const workloadRPCTimeout = 2 * time.Second
+
+// openWorkloadDB opens a workload client: openDB with RPCTimeout
+// workloadRPCTimeout, then mod applied.
+func openWorkloadDB(t *testing.T, c *testcluster.Cluster, mod ...func(*client.Options)) *client.DB {
+	t.Helper()
+	o := client.Options{RPCTimeout: workloadRPCTimeout}
+	for _, f := range mod {
+		f(&o)
+	}
+	return openDB(t, c, client.WithOptions(o))
+}
+
 // busiestRange returns the range that holds the most of ks (logical user
 // keys) and the 0-based index of its leaseholder, as the meta range
 // reports it (falling back on the node that says it leads the range). It

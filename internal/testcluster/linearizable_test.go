@@ -76,7 +76,7 @@ func runLinearizable(t *testing.T, withTxns bool, makeFault func(*testcluster.Cl
 	}
 	dbs := make([]*client.DB, clients)
 	for i := range dbs {
-		dbs[i] = openDB(t, c)
+		dbs[i] = openWorkloadDB(t, c)
 	}
 	total := clients * opsPerClient
 	n := startNemesis(t, total, makeFault(c, leaseholderPicker(t, admin, c, ks)))

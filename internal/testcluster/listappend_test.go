@@ -95,7 +95,7 @@ func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.
 	}
 	dbs := make([]*client.DB, workers)
 	for i := range dbs {
-		dbs[i] = openDB(t, c)
+		dbs[i] = openWorkloadDB(t, c)
 	}
 	total := workers * txnsPerWorker
 	// Range 3 is the first of the status table's ranges (kvserver's

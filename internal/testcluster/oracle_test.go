@@ -88,7 +88,7 @@ func TestOracleMonotonicAcrossFailover(t *testing.T) {
 	c := startCluster(t, testcluster.Options{Nodes: 3})
 	dbs := make([]*client.DB, clients)
 	for i := range dbs {
-		dbs[i] = openDB(t, c)
+		dbs[i] = openWorkloadDB(t, c)
 	}
 	oracleLeader := rangeLeaderPicker(t, c, kvserver.OracleRangeID, "the oracle")
 	h := testcluster.NewHistory()

@@ -1,0 +1,61 @@
+package testcluster_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/kvserver"
+	"github.com/canopy-db/canopy/internal/testcluster"
+)
+
+// TestRoutingAroundPartitionedNode checks that a client whose first
+// address is a partitioned node still reaches the cluster: the partitioned
+// node answers range lookups with NOT_LEASEHOLDER and no hint (it knows no
+// leader), and the client must move on to another node rather than ask it
+// again until its attempts run out. (Found by TestBankManyFaults: while
+// the meta range's former leader was partitioned, transfers failed with
+// ErrUnavailable from range lookups that kept asking that node.)
+func TestRoutingAroundPartitionedNode(t *testing.T) {
+	c := startCluster(t, testcluster.Options{Nodes: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), setupDeadline)
+	defer cancel()
+	i := rangeLeaderPicker(t, c, kvserver.OracleRangeID, "meta and oracle")()
+	setLinks(c, i, kvserver.LinkFault{Drop: true})
+	// Wait until the partitioned node has stepped down and knows no leader
+	// of the meta range (CheckQuorum), so that it answers NOT_LEASEHOLDER
+	// without a hint.
+	for {
+		st, err := c.Node(i).Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stepped := false
+		for _, r := range st.Ranges {
+			if r.GetRange().GetRangeId() == kvserver.OracleRangeID && r.LeaderNodeId == 0 {
+				stepped = true
+			}
+		}
+		if stepped {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("n%d still names a leader of the meta range %v after its partition", i+1, setupDeadline)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	addrs := c.Addrs()
+	addrs[0], addrs[i] = addrs[i], addrs[0] // the partitioned node first
+	db, err := client.Open(ctx, addrs, client.WithOptions(client.Options{SendAttemptsMax: 5}))
+	if err != nil {
+		t.Fatalf("open with the partitioned node first: %v", err)
+	}
+	defer db.Close()
+	if _, err := db.Ranges(ctx); err != nil {
+		t.Fatalf("listing ranges with the partitioned node n%d first: %v", i+1, err)
+	}
+	if err := db.Put(ctx, []byte("routing/k"), []byte("v")); err != nil {
+		t.Fatalf("put with the partitioned node n%d first: %v", i+1, err)
+	}
+}
