@@ -17,6 +17,11 @@ func (e *Engine) CheckBlobs() error {
 	e.gc.mu.Lock()
 	defer e.gc.mu.Unlock()
 	live := map[uint64]int64{}
+	type liveRec struct {
+		file       uint64
+		start, end int64
+	}
+	var liveRecs []liveRec
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{PrefixData}, UpperBound: DataSpanEnd()})
 	if err != nil {
 		return err
@@ -40,7 +45,9 @@ func (e *Engine) CheckBlobs() error {
 			it.Close()
 			return fmt.Errorf("key %q: %w", it.Key(), err)
 		}
-		live[p.File] += vlog.RecordBytes(len(it.Key()), int(p.ValueBytes))
+		n := vlog.RecordBytes(len(it.Key()), int(p.ValueBytes))
+		live[p.File] += n
+		liveRecs = append(liveRecs, liveRec{p.File, p.Offset, p.Offset + n})
 	}
 	if err := it.Close(); err != nil {
 		return err
@@ -51,6 +58,16 @@ func (e *Engine) CheckBlobs() error {
 	for num := range live {
 		if s.mu.files[num] == nil {
 			return fmt.Errorf("%w: pointers into unknown blob file %d", ErrCorruption, num)
+		}
+	}
+	// No block of a live record was ever punched (in this process).
+	for _, r := range liveRecs {
+		bf := s.mu.files[r.file]
+		for blk := r.start / vlog.BlockBytes; blk*vlog.BlockBytes < r.end; blk++ {
+			if bf.punched.has(blk) {
+				return fmt.Errorf("blob file %s: block %d of live record [%d,%d) was punched",
+					vlog.FileName(r.file), blk, r.start, r.end)
+			}
 		}
 	}
 	for num, bf := range s.mu.files {

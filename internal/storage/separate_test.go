@@ -278,8 +278,18 @@ func TestGC(t *testing.T) {
 			if mode == ModeRewrite && rewritten == 0 || mode == ModePunch && punched == 0 {
 				t.Fatalf("GC did nothing")
 			}
-			if mode == ModePunch && e.BlobStats().GCPunchedBytes <= 0 {
-				t.Fatalf("punching freed no blocks")
+			if mode == ModePunch {
+				if e.BlobStats().GCPunchedBytes <= 0 {
+					t.Fatalf("punching freed no blocks")
+				}
+				// Punching keeps every file's size.
+				for num := range e.DiscardBytes() {
+					bf := e.blobs.file(num)
+					st, err := bf.f.Stat()
+					if err != nil || st.Size() != bf.meta.SizeBytes {
+						t.Fatalf("file %d: size %d, sealed at %d (%v)", num, st.Size(), bf.meta.SizeBytes, err)
+					}
+				}
 			}
 			if err := e.Close(); err != nil {
 				t.Fatal(err)
