@@ -33,12 +33,13 @@ import (
 //
 // Punch (stage one of ModePunch):
 //
-//  1. Walk the file's records (headers and keys only) and keep the spans of
-//     those the LSM still points to.
+//  1. Find the dead records: the first punch of a file in this process
+//     walks it (headers and keys) and asks the LSM which records are live;
+//     later punches take the records the write path reported dead since.
 //  2. Fence the reader gate and wait, bounded, for older readers to close.
-//  3. Punch every block-aligned span holding no live byte. No LSM write:
-//     pointers stay valid, as live records do not move. A punch lost in a
-//     crash only leaves dead bytes allocated.
+//  3. Punch every block-aligned span holding no live byte, skipping blocks
+//     punched before. No LSM write: pointers stay valid, as live records do
+//     not move. A punch lost in a crash only leaves dead bytes allocated.
 
 // testingHook, when set by a test, is called at each named step of GC and
 // of the separated commit path, so that a test can simulate a crash there.
