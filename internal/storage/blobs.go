@@ -506,6 +506,9 @@ func (s *blobSet) addDiscard(d map[uint64]int64, dead []vlog.Pointer) {
 			bf.discard += n
 		}
 	}
+	if s.e.opts.Mode != ModePunch {
+		return // only punching uses the reports
+	}
 	for _, p := range dead {
 		if bf := s.mu.files[p.File]; bf != nil && len(bf.newlyDead) < newlyDeadMax {
 			bf.newlyDead = append(bf.newlyDead, p.Offset)
