@@ -20,6 +20,7 @@ func init() {
 		budgetMiB              int64
 		runTimeMax             time.Duration
 		skip1, skip2, aligned  bool
+		gcOverlap              bool
 		cpuProfile             string
 	)
 	cmd := &cobra.Command{
@@ -32,7 +33,7 @@ rewrite. Prints a table, writes vlog.csv and PNG plots into --out.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := vlogbench.Config{
 				Dir: dir, BudgetBytes: budgetMiB << 20, RunTimeMax: runTimeMax,
-				SkipCase1: skip1, SkipCase2: skip2, Progress: os.Stderr, AlignedPunch: aligned,
+				SkipCase1: skip1, SkipCase2: skip2, Progress: os.Stderr, AlignedPunch: aligned, GCOverlap: gcOverlap,
 			}
 			if modes != "" {
 				for _, s := range strings.Split(modes, ",") {
@@ -100,6 +101,7 @@ rewrite. Prints a table, writes vlog.csv and PNG plots into --out.`,
 	f.DurationVar(&runTimeMax, "run-time-max", 120*time.Second, "bound on the update phase of one run")
 	f.BoolVar(&aligned, "aligned-punch", true, "also run punch with the proposal's layout (large records block aligned) for values of 4 KiB and more")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile here")
+	f.BoolVar(&gcOverlap, "gc-overlap", false, "run GC concurrently with the updates (at most one GC point behind) instead of in the foreground; figures then depend on timing")
 	f.BoolVar(&skip1, "skip-case1", false, "skip case 1")
 	f.BoolVar(&skip2, "skip-case2", false, "skip case 2")
 	benchCmd.AddCommand(cmd)
