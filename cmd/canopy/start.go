@@ -12,14 +12,16 @@ import (
 
 	"github.com/canopy-db/canopy/internal/kvserver"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/storage"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
 func init() {
-	var store, listen, advertise, join string
+	var store, listen, advertise, join, mode string
 	var tick time.Duration
+	var threshold int
 	cmd := &cobra.Command{
 		Use:   "start",
 		Short: "Run a node (then, once, `canopy init` to form the cluster)",
@@ -33,9 +35,14 @@ func init() {
 					peers = append(peers, a)
 				}
 			}
+			m, err := storage.ParseMode(mode)
+			if err != nil {
+				return err
+			}
 			n, err := kvserver.Start(kvserver.Config{
 				StoreDir: store, ListenAddr: listen, AdvertiseAddr: advertise,
 				Join: peers, TickInterval: tick, Logger: logger,
+				Storage: storage.Options{Mode: m, ThresholdBytes: threshold},
 			})
 			if err != nil {
 				return err
@@ -58,6 +65,8 @@ func init() {
 	cmd.Flags().StringVar(&advertise, "advertise", "", "address peers and clients use (default: --listen)")
 	cmd.Flags().StringVar(&join, "join", "", "comma-separated addresses of every node of the cluster, in the same form as their --listen")
 	cmd.Flags().DurationVar(&tick, "raft-tick", 100*time.Millisecond, "Raft tick; elections take 10-20 ticks")
+	cmd.Flags().StringVar(&mode, "storage-mode", "inline", "value separation of this store: inline, rewrite, punch or pebble (see docs/BENCHMARKS.md)")
+	cmd.Flags().IntVar(&threshold, "value-threshold", storage.DefaultThresholdBytes, "values of at least this many bytes go to blob files (separating modes)")
 	rootCmd.AddCommand(cmd)
 }
 
