@@ -439,9 +439,9 @@ func runBank(t *testing.T, so storage.Options, makeFault func(*testcluster.Clust
 // wait for one another's intents and abort) through a sequence of faults:
 // the accounts' leaseholder stopped and restarted, the leader of range 1
 // (meta and timestamp oracle) partitioned and healed, the leader of a
-// status-table range stopped and restarted (commit points in flight), and
-// every Raft link of one node slowed down. The same invariants as
-// TestBankLeaderKill hold at the end.
+// status-table range stopped and restarted (commit points in flight),
+// every Raft link of one node slowed down, and the accounts' busiest range
+// split in two. The same invariants as TestBankLeaderKill hold at the end.
 func TestBankManyFaults(t *testing.T) {
 	seed := testSeed(t)
 	accounts, transfers, workers := 40, 450, 6
@@ -464,6 +464,7 @@ func TestBankManyFaults(t *testing.T) {
 		partitionFault(c, rangeLeaderPicker(t, c, 1, "meta and oracle")),
 		killFault(c, rangeLeaderPicker(t, c, statusRangeID, "status table")),
 		delayFault(c, leaseholderPicker(t, admin, c, b.keys), 20*time.Millisecond),
+		splitFault(t, admin, b.keys[accounts/2]),
 	)
 	b.run(t, dbs, seed, transfers, n)
 	n.finish()

@@ -236,6 +236,29 @@ func delayFault(c *testcluster.Cluster, pick func() int, delay time.Duration) fa
 	}
 }
 
+// splitFault splits the range holding key at key (through db) while the
+// workload runs: clients must follow the new descriptors, and intents,
+// reads to refresh and status records must survive the split. It has
+// nothing to heal. A split that fails is reported through the returned
+// description and fails the test at heal time.
+func splitFault(t *testing.T, db *client.DB, key []byte) fault {
+	return func() (string, func() (string, error)) {
+		ctx, cancel := context.WithTimeout(context.Background(), setupDeadline)
+		defer cancel()
+		err := db.Split(ctx, key)
+		desc := fmt.Sprintf("split at %q", key)
+		if err != nil {
+			desc += fmt.Sprintf(" failed: %v", err)
+		}
+		return desc, func() (string, error) {
+			if err != nil {
+				return "split check", fmt.Errorf("split at %q: %w", key, err)
+			}
+			return fmt.Sprintf("(split at %q done)", key), nil
+		}
+	}
+}
+
 // nemesis injects faults one after another while a workload runs, by
 // progress, not time: with m faults, fault j is injected once (2j+1)/(2m+1)
 // of the workload's operations have completed and healed at (2j+2)/(2m+1).

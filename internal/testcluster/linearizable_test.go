@@ -46,7 +46,7 @@ func TestLinearizablePartition(t *testing.T) {
 // Put or Delete), with the keys' leaseholder stopped and restarted. Since
 // transactions are strictly serializable (start_ts and commit_ts come from
 // the oracle after the call begins), the mixed history must still be
-// linearizable: it checks, for instance, that a Get meeting the intent of
+// linearizable, also across a split of the keys' range later in the run: it checks, for instance, that a Get meeting the intent of
 // a transaction whose commit is in flight waits for the decision, and that
 // a committed transaction's write is visible to every read that begins
 // after the commit is acknowledged, before its intents are resolved.
@@ -79,7 +79,12 @@ func runLinearizable(t *testing.T, withTxns bool, makeFault func(*testcluster.Cl
 		dbs[i] = openWorkloadDB(t, c)
 	}
 	total := clients * opsPerClient
-	n := startNemesis(t, total, makeFault(c, leaseholderPicker(t, admin, c, ks)))
+	faults := []fault{makeFault(c, leaseholderPicker(t, admin, c, ks))}
+	if withTxns {
+		// Then split the keys' range between them.
+		faults = append(faults, splitFault(t, admin, []byte("lin/2")))
+	}
+	n := startNemesis(t, total, faults...)
 	h := testcluster.NewHistory()
 	var okOps atomic.Int64
 	stop := make(chan struct{})

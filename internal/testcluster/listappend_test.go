@@ -78,8 +78,9 @@ type plannedOp struct {
 
 // runListAppend runs the workload with the given transaction options
 // while the nemesis stops and restarts the leaseholder of the keys' first
-// range, then partitions and heals the leader of a status-table range, and
-// returns the history.
+// range, partitions and heals the leader of a status-table range, and
+// splits the first user range between its two keys; it returns the
+// history.
 func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.TxnRecord {
 	t.Helper()
 	workers, txnsPerWorker := 5, 40
@@ -102,7 +103,9 @@ func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.
 	// InitialLayout): partitioning its leader cuts commit points in flight.
 	n := startNemesis(t, total,
 		killFault(c, leaseholderPicker(t, admin, c, rawKeys)),
-		partitionFault(c, rangeLeaderPicker(t, c, 3, "status table")))
+		partitionFault(c, rangeLeaderPicker(t, c, 3, "status table")),
+		// Between the two keys of the first user range.
+		splitFault(t, admin, []byte{0x20}))
 	h := testcluster.NewHistory()
 	var nextValue atomic.Int64
 	var committedCount atomic.Int64
