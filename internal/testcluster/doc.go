@@ -14,8 +14,7 @@
 // Each starts its own three-node cluster, runs a workload bounded by an
 // operation count (never by time), injects faults by progress (a nemesis:
 // node stopped and restarted, Raft links dropped or delayed both ways, a
-// range split) and
-// checks the recorded history and the final state:
+// range split) and checks the recorded history and the final state:
 //
 //	TestBankLeaderKill, ...ValueSeparation, TestBankPartition,
 //	TestBankManyFaults, TestBankAbortRaces
