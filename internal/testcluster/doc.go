@@ -17,7 +17,7 @@
 // range split) and checks the recorded history and the final state:
 //
 //	TestBankLeaderKill, ...ValueSeparation, TestBankPartition,
-//	TestBankManyFaults, TestBankAbortRaces
+//	TestBankManyFaults, TestBankAbortRaces, TestBankQuorumLoss
 //	                        transfers with receipts: total kept, no
 //	                        acknowledged transfer lost, no phantom one,
 //	                        balances replay from the receipts (I1, I2, I3),

@@ -268,9 +268,12 @@ type nemesis struct {
 	t      *testing.T
 	total  int64
 	faults []fault
-	wake   chan struct{}
-	wg     sync.WaitGroup
-	start  time.Time
+	// steps, if not nil, overrides the even spacing: fault j is injected
+	// at progress steps[2j] and healed at steps[2j+1].
+	steps []int64
+	wake  chan struct{}
+	wg    sync.WaitGroup
+	start time.Time
 
 	progress atomic.Int64
 
@@ -289,7 +292,16 @@ type nemesis struct {
 // startNemesis starts the nemesis goroutine for a workload of total
 // operations.
 func startNemesis(t *testing.T, total int, faults ...fault) *nemesis {
-	n := &nemesis{t: t, total: int64(total), faults: faults, wake: make(chan struct{}, 1), start: time.Now()}
+	return startNemesisAt(t, total, nil, faults...)
+}
+
+// startNemesisAt is startNemesis with the progress of each step given:
+// fault j is injected at steps[2j] and healed at steps[2j+1].
+func startNemesisAt(t *testing.T, total int, steps []int64, faults ...fault) *nemesis {
+	if steps != nil && len(steps) != 2*len(faults) {
+		t.Fatalf("nemesis: %d steps for %d faults", len(steps), len(faults))
+	}
+	n := &nemesis{t: t, total: int64(total), faults: faults, steps: steps, wake: make(chan struct{}, 1), start: time.Now()}
 	n.wg.Add(1)
 	go n.run()
 	return n
@@ -310,6 +322,9 @@ func (n *nemesis) eventLocked(format string, args ...any) {
 
 // threshold is the progress at which step s (0-based) is due.
 func (n *nemesis) threshold(s int) int64 {
+	if n.steps != nil {
+		return n.steps[s]
+	}
 	return int64(s+1) * n.total / int64(2*len(n.faults)+1)
 }
 
