@@ -3,6 +3,7 @@ package kvserver_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,5 +161,24 @@ func TestDelayedLinks(t *testing.T) {
 		if resp := rc.send(keys.UserKey([]byte(k)), get(k)); resp.Error != nil || string(resp.Responses[0].GetGet().Value) != "v" {
 			t.Fatalf("get %s: %v", k, resp)
 		}
+	}
+}
+
+// TestBatchLimits: a node refuses oversized batches with INVALID_ARGUMENT
+// naming the limit.
+func TestBatchLimits(t *testing.T) {
+	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir(), Nodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc := newRaw(t, c.Addrs())
+	var reqs []*rpcpb.RequestUnion
+	for i := 0; i <= keys.TxnKeysMax; i++ {
+		reqs = append(reqs, get("k"))
+	}
+	resp := rc.send(keys.UserKey([]byte("k")), reqs...)
+	if resp.Error.GetCode() != rpcpb.ErrorCode_INVALID_ARGUMENT || !strings.Contains(resp.Error.GetMessage(), "TxnKeysMax") {
+		t.Fatalf("oversized batch: got %v", resp.Error)
 	}
 }

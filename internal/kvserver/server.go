@@ -52,6 +52,9 @@ func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
 	if len(req.Requests) == 0 {
 		return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "empty batch")
 	}
+	if len(req.Requests) > keys.TxnKeysMax {
+		return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "batch of %d requests exceeds TxnKeysMax (%d)", len(req.Requests), keys.TxnKeysMax)
+	}
 	if size := proto.Size(req); size > keys.RequestBytesMax {
 		return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "request of %d bytes exceeds RequestBytesMax (%d bytes)", size, keys.RequestBytesMax)
 	}
