@@ -200,6 +200,7 @@ func (c *cluster) start(i int) {
 	cmd := exec.Command(binPath, "start", "--store", nd.store, "--listen", nd.addr,
 		"--join", strings.Join(c.addrs, ","), "--raft-tick", "50ms")
 	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {
 		c.t.Fatalf("starting node %d: %v", i+1, err)
 	}
