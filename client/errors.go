@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -150,4 +151,25 @@ func publicError(err error) error {
 		return errorFromPB(ke.pb)
 	}
 	return err
+}
+
+// ErrorClass names the class of an error returned by this package, for
+// summaries and metrics: "retryable (attempts exhausted)", "ambiguous",
+// "unavailable", "deadline", "invalid argument", "internal" or "other".
+func ErrorClass(err error) string {
+	switch {
+	case errors.Is(err, ErrRetryable):
+		return "retryable (attempts exhausted)"
+	case errors.Is(err, ErrAmbiguous):
+		return "ambiguous"
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return "deadline"
+	case errors.Is(err, ErrInvalidArgument):
+		return "invalid argument"
+	case errors.Is(err, ErrInternal):
+		return "internal"
+	}
+	return "other"
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -81,7 +80,7 @@ func runDemo(ctx context.Context, o demoOptions) error {
 			for runCtx.Err() == nil {
 				if err := b.Transfer(runCtx, rng); err != nil && runCtx.Err() == nil {
 					errMu.Lock()
-					lastErr[errClass(err)]++
+					lastErr[client.ErrorClass(err)]++
 					errMu.Unlock()
 				}
 			}
@@ -159,20 +158,6 @@ func runDemo(ctx context.Context, o demoOptions) error {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func errClass(err error) string {
-	switch {
-	case errors.Is(err, client.ErrRetryable):
-		return "retries exhausted"
-	case errors.Is(err, client.ErrAmbiguous):
-		return "ambiguous"
-	case errors.Is(err, client.ErrUnavailable):
-		return "unavailable"
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return "deadline"
-	}
-	return "other"
-}
 
 // accountsLeaseholder returns the 0-based index of the node holding the
 // lease of the range with the first account.

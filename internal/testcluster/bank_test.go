@@ -3,7 +3,6 @@ package testcluster_test
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -185,19 +184,11 @@ func (b *bankWorkload) transfer(ctx context.Context, db *client.DB, rng *rand.Ra
 	return err
 }
 
-// errClass names an error's class for the summary.
+// errClass names an error's class for the summary, with the error itself
+// when it is of no known class.
 func errClass(err error) string {
-	switch {
-	case errors.Is(err, client.ErrRetryable):
-		return "retryable (attempts exhausted)"
-	case errors.Is(err, client.ErrAmbiguous):
-		return "ambiguous"
-	case errors.Is(err, client.ErrUnavailable):
-		return "unavailable"
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return "deadline"
-	case errors.Is(err, client.ErrInvalidArgument):
-		return "invalid argument"
+	if c := client.ErrorClass(err); c != "other" {
+		return c
 	}
 	return "other: " + err.Error()
 }
