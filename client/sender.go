@@ -305,23 +305,11 @@ var errRegroup = errors.New("client: batch spans ranges; regroup")
 
 // requestKey is the key a point request addresses.
 func requestKey(r *rpcpb.RequestUnion) []byte {
-	switch v := r.GetValue().(type) {
-	case *rpcpb.RequestUnion_Get:
-		return v.Get.GetKey()
-	case *rpcpb.RequestUnion_PutIntent:
-		return v.PutIntent.GetKey()
-	case *rpcpb.RequestUnion_ResolveIntent:
-		return v.ResolveIntent.GetKey()
-	case *rpcpb.RequestUnion_Put:
-		return v.Put.GetKey()
-	case *rpcpb.RequestUnion_PlainGet:
-		return v.PlainGet.GetKey()
-	case *rpcpb.RequestUnion_PlainPutUnlessExists:
-		return v.PlainPutUnlessExists.GetKey()
-	case *rpcpb.RequestUnion_PlainPut:
-		return v.PlainPut.GetKey()
+	k := r.Key()
+	if k == nil || r.GetScan() != nil {
+		panic(fmt.Sprintf("client: requestKey of a span request %T", r.GetValue()))
 	}
-	panic(fmt.Sprintf("client: requestKey of a span request %T", r.GetValue()))
+	return k
 }
 
 // sendPoints sends point requests (one key each), split into one batch per

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"fmt"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/mvcc"
@@ -209,5 +208,3 @@ func (n *Node) join(req *rpcpb.JoinRequest) *rpcpb.Error {
 	}
 	return nil
 }
-
-var _ = fmt.Sprintf

@@ -1,8 +1,6 @@
 package kvserver
 
 import (
-	"fmt"
-
 	"github.com/canopy-db/canopy/internal/mvcc"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/storage"
@@ -15,15 +13,6 @@ const (
 	// ScanBytesMax caps the bytes one scan returns; the rest is resumed.
 	ScanBytesMax = 4 << 20
 )
-
-func isWrite(r *rpcpb.RequestUnion) bool {
-	switch r.Value.(type) {
-	case *rpcpb.RequestUnion_PutIntent, *rpcpb.RequestUnion_ResolveIntent, *rpcpb.RequestUnion_Put,
-		*rpcpb.RequestUnion_PlainPut, *rpcpb.RequestUnion_PlainPutUnlessExists:
-		return true
-	}
-	return false
-}
 
 func mismatch(desc *rpcpb.RangeDescriptor, key []byte) *rpcpb.Error {
 	e := pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "key %q is outside range r%d [%q, %q)", key, desc.GetRangeId(), desc.GetStartKey(), desc.GetEndKey())
@@ -197,5 +186,3 @@ func evalRead(r storage.Reader, desc *rpcpb.RangeDescriptor, gcThreshold uint64,
 	}
 	return resp
 }
-
-var _ = fmt.Sprintf

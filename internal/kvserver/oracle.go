@@ -9,7 +9,6 @@ import (
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/mvcc"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
-	"github.com/canopy-db/canopy/internal/tso"
 )
 
 // OracleRangeID is the range holding the oracle's bound; its leaseholder
@@ -161,5 +160,3 @@ func (n *Node) timestamp(ctx context.Context) (uint64, *rpcpb.Error) {
 	}
 	return 0, last
 }
-
-var _ = tso.New

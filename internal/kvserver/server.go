@@ -2,7 +2,6 @@ package kvserver
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -41,7 +40,7 @@ func (n *Node) batch(ctx context.Context, req *rpcpb.BatchRequest) *rpcpb.BatchR
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
-	if isWrite(req.Requests[0]) {
+	if req.Requests[0].IsWrite() {
 		return n.write(ctx, rr, req)
 	}
 	return n.read(ctx, rr, req)
@@ -58,43 +57,28 @@ func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
 	if size := proto.Size(req); size > keys.RequestBytesMax {
 		return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "request of %d bytes exceeds RequestBytesMax (%d bytes)", size, keys.RequestBytesMax)
 	}
-	w := isWrite(req.Requests[0])
+	w := req.Requests[0].IsWrite()
 	keyMax := keys.KeyBytesMax + 64 // user keys plus the prefixes of system keys
 	putKeys := map[string]struct{}{}
 	for _, ru := range req.Requests {
 		if ru.Value == nil {
 			return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "empty request in batch")
 		}
-		if isWrite(ru) != w {
+		if ru.IsWrite() != w {
 			return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "a batch must be all reads or all writes")
 		}
-		var key, value []byte
 		switch r := ru.Value.(type) {
-		case *rpcpb.RequestUnion_Get:
-			key = r.Get.Key
-		case *rpcpb.RequestUnion_Scan:
-			key = r.Scan.Start
 		case *rpcpb.RequestUnion_PutIntent:
-			key, value = r.PutIntent.Key, r.PutIntent.Value
 			if r.PutIntent.Txn.GetStartTs() == 0 {
 				return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "PutIntent without a transaction start timestamp")
 			}
-		case *rpcpb.RequestUnion_ResolveIntent:
-			key = r.ResolveIntent.Key
 		case *rpcpb.RequestUnion_Put:
-			key, value = r.Put.Key, r.Put.Value
 			// Every Put of a batch takes the batch's one write timestamp,
 			// so two of them on one key would conflict with each other.
-			if _, dup := putKeys[string(key)]; dup {
-				return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "key %q is written twice in one batch", key)
+			if _, dup := putKeys[string(r.Put.Key)]; dup {
+				return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "key %q is written twice in one batch", r.Put.Key)
 			}
-			putKeys[string(key)] = struct{}{}
-		case *rpcpb.RequestUnion_PlainGet:
-			key = r.PlainGet.Key
-		case *rpcpb.RequestUnion_PlainPut:
-			key, value = r.PlainPut.Key, r.PlainPut.Value
-		case *rpcpb.RequestUnion_PlainPutUnlessExists:
-			key, value = r.PlainPutUnlessExists.Key, r.PlainPutUnlessExists.Value
+			putKeys[string(r.Put.Key)] = struct{}{}
 		case *rpcpb.RequestUnion_Refresh:
 			for _, sp := range r.Refresh.Spans {
 				if len(sp.Start) > keyMax {
@@ -103,6 +87,7 @@ func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
 			}
 			continue
 		}
+		key, value := ru.Key(), ru.WrittenValue()
 		if len(key) == 0 {
 			return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "empty key")
 		}
@@ -307,8 +292,6 @@ func (s *internalService) Join(ctx context.Context, req *rpcpb.JoinRequest) (*rp
 func (s *internalService) Ping(ctx context.Context, _ *rpcpb.PingRequest) (*rpcpb.PingResponse, error) {
 	return &rpcpb.PingResponse{NodeId: s.n.NodeID(), Bootstrapped: s.n.bootstrapped()}, nil
 }
-
-var _ = fmt.Sprintf
 
 // Status returns the node's status (as NodeStatus over RPC).
 func (n *Node) Status(ctx context.Context) (*rpcpb.NodeStatusResponse, error) {
