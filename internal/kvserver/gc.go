@@ -2,6 +2,7 @@ package kvserver
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -17,19 +18,13 @@ const (
 	GCCommandsPerRound = 100
 )
 
-// collectLedRanges collects old versions of the user ranges this node
-// leads.
+// collectLedRanges is the periodic GC round; a round is bounded by the
+// GC interval so that rounds never pile up.
 func (n *Node) collectLedRanges() {
-	for _, rr := range n.replicaList() {
-		d := rr.sm.Desc()
-		if d == nil || !rr.r.Status().IsLeader || !keys.IsUser(d.EndKey) && !keys.IsUser(d.StartKey) {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
-		if _, err := n.collectRange(ctx, rr); err != nil {
-			n.log.Debug("version GC", "range", d.RangeId, "err", err)
-		}
-		cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.GCInterval)
+	defer cancel()
+	if _, err := n.CollectGarbage(ctx); err != nil {
+		n.log.Debug("version GC", "err", err)
 	}
 }
 
@@ -66,19 +61,22 @@ func (n *Node) collectRange(ctx context.Context, rr *rangeReplica) (int, error) 
 	return total, nil
 }
 
-// CollectGarbage runs one round of version GC over every range this node
-// leads, now. It returns the number of versions removed.
+// CollectGarbage runs one round of version GC over every user range this
+// node leads, now. It returns the number of versions removed and the first
+// error (a failed range does not stop the others).
 func (n *Node) CollectGarbage(ctx context.Context) (int, error) {
 	total := 0
+	var first error
 	for _, rr := range n.replicaList() {
-		if rr.sm.Desc() == nil || !rr.r.Status().IsLeader {
+		d := rr.sm.Desc()
+		if d == nil || !rr.r.Status().IsLeader || !keys.IsUser(d.EndKey) && !keys.IsUser(d.StartKey) {
 			continue
 		}
 		k, err := n.collectRange(ctx, rr)
 		total += k
-		if err != nil {
-			return total, err
+		if err != nil && first == nil {
+			first = fmt.Errorf("range r%d: %w", d.RangeId, err)
 		}
 	}
-	return total, nil
+	return total, first
 }
