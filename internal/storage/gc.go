@@ -60,8 +60,6 @@ type gcLoop struct {
 	stopCh chan struct{}
 	kickCh chan struct{}
 	wg     sync.WaitGroup
-	// lastErr is the last error of a background round; guarded by mu.
-	lastErr error
 }
 
 func (g *gcLoop) start(e *Engine) {
@@ -81,9 +79,6 @@ func (g *gcLoop) start(e *Engine) {
 			}
 			if _, err := e.RunGC(); err != nil {
 				slog.Error("storage: blob GC", "err", err)
-				g.mu.Lock()
-				g.lastErr = err
-				g.mu.Unlock()
 			}
 		}
 	}()

@@ -15,14 +15,13 @@ const (
 
 // Suffixes under PrefixRangeLocal.
 const (
-	SuffixRaftLog       byte = 'l' // + index (8 bytes BE) -> raftpb.Entry
-	SuffixHardState     byte = 'h' // -> raftpb.HardState
-	SuffixApplied       byte = 'a' // -> applied index, term (16 bytes)
-	SuffixDescriptor    byte = 'd' // -> range descriptor
-	SuffixTruncated     byte = 't' // -> index, term of the last truncated entry
-	SuffixConfState     byte = 'c' // -> raftpb.ConfState
-	SuffixGCThreshold   byte = 'g' // -> MVCC GC threshold (8 bytes BE)
-	SuffixRangeLocalEnd byte = 0xff
+	SuffixRaftLog     byte = 'l' // + index (8 bytes BE) -> raftpb.Entry
+	SuffixHardState   byte = 'h' // -> raftpb.HardState
+	SuffixApplied     byte = 'a' // -> applied index, term (16 bytes)
+	SuffixDescriptor  byte = 'd' // -> range descriptor
+	SuffixTruncated   byte = 't' // -> index, term of the last truncated entry
+	SuffixConfState   byte = 'c' // -> raftpb.ConfState
+	SuffixGCThreshold byte = 'g' // -> MVCC GC threshold (8 bytes BE)
 )
 
 // RangeLocalKey returns PrefixRangeLocal + rangeID + suffix.
@@ -37,19 +36,6 @@ func RangeLocalKey(rangeID uint64, suffix byte) []byte {
 func RaftLogKey(rangeID, index uint64) []byte {
 	k := RangeLocalKey(rangeID, SuffixRaftLog)
 	return binary.BigEndian.AppendUint64(k, index)
-}
-
-// RaftLogIndex decodes the index from a key made by RaftLogKey.
-func RaftLogIndex(key []byte) uint64 {
-	return binary.BigEndian.Uint64(key[len(key)-8:])
-}
-
-// RangeLocalSpan returns the span [start, end) holding all range-local keys
-// of rangeID.
-func RangeLocalSpan(rangeID uint64) (start, end []byte) {
-	start = RangeLocalKey(rangeID, 0)[:9]
-	end = RangeLocalKey(rangeID+1, 0)[:9]
-	return start, end
 }
 
 // DataKey returns PrefixData + k.

@@ -106,9 +106,6 @@ func (w *Writer) Sync() error {
 	return nil
 }
 
-// Synced reports whether every appended record is durable.
-func (w *Writer) Synced() bool { return w.synced == w.end }
-
 // Close seals (unless already sealed), syncs and closes the file.
 func (w *Writer) Close() error {
 	var err error

@@ -29,16 +29,7 @@ const (
 // Seal writes the index and trailer after the last record and syncs. The
 // Writer must not be appended to afterwards.
 func (w *Writer) Seal() error {
-	idx := appendIndex(nil, w.offsets)
-	return w.finish(idx)
-}
-
-func (w *Writer) finish(idx []byte) error {
-	buf := append([]byte(nil), idx...)
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(w.end))
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(idx)))
-	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(idx, crcTable))
-	buf = binary.LittleEndian.AppendUint64(buf, trailerMagic)
+	buf := indexBlock(w.offsets, w.end)
 	if _, err := w.f.Write(buf); err != nil {
 		return fmt.Errorf("vlog: write index of %s: %w", FileName(w.num), err)
 	}
@@ -46,6 +37,18 @@ func (w *Writer) finish(idx []byte) error {
 	w.WrittenBytes += int64(len(buf))
 	w.sealed = true
 	return w.Sync()
+}
+
+// indexBlock is what seals a file: the index of offsets, then the trailer
+// (where the index starts, its length, its checksum, the magic). Both the
+// writer and recovery seal files with it, so they cannot disagree.
+func indexBlock(offsets []int64, at int64) []byte {
+	idx := appendIndex(nil, offsets)
+	buf := idx
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(at))
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(idx)))
+	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(idx, crcTable))
+	return binary.LittleEndian.AppendUint64(buf, trailerMagic)
 }
 
 func appendIndex(dst []byte, offsets []int64) []byte {
@@ -61,12 +64,7 @@ func appendIndex(dst []byte, offsets []int64) []byte {
 // after torn bytes that the index leaves out) and returns the new size. It
 // is how recovery seals a file that was active at a crash.
 func WriteIndexAt(f io.WriterAt, off int64, offsets []int64) (int64, error) {
-	idx := appendIndex(nil, offsets)
-	buf := append([]byte(nil), idx...)
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(off))
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(idx)))
-	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(idx, crcTable))
-	buf = binary.LittleEndian.AppendUint64(buf, trailerMagic)
+	buf := indexBlock(offsets, off)
 	if _, err := f.WriteAt(buf, off); err != nil {
 		return 0, fmt.Errorf("vlog: write index: %w", err)
 	}

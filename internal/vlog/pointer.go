@@ -14,9 +14,6 @@ type Pointer struct {
 	ValueBytes uint32
 }
 
-// PointerBytesMax bounds an encoded Pointer.
-const PointerBytesMax = 3 * binary.MaxVarintLen64
-
 // Append appends the encoding of p to dst.
 func (p Pointer) Append(dst []byte) []byte {
 	dst = binary.AppendUvarint(dst, p.File)
