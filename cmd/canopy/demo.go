@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -123,8 +122,7 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		fmt.Printf("\r%5.1fs  %6.0f txn/s  p50 %6.1fms  p99 %7.1fms  committed %7d  retries %6d  ambiguous %3d  %-14s",
 			el.Seconds(), float64(commits-prevCommits)/time.Second.Seconds(),
 			ms(lat.P50), ms(lat.P99), commits, st.Retries-prevStats.Retries, st.Ambiguous, event)
-		prevCommits = commits
-		_ = prevStats
+		prevCommits, prevStats = commits, st
 	}
 	fmt.Println()
 	wg.Wait()
@@ -166,7 +164,7 @@ func accountsLeaseholder(ctx context.Context, db *client.DB, c *testcluster.Clus
 	if err == nil {
 		k := keys.UserKey([]byte("acct/"))
 		for _, r := range ranges {
-			if bytes.Compare(r.Desc.StartKey, k) <= 0 && bytes.Compare(k, r.Desc.EndKey) < 0 && r.LeaseholderNodeID > 0 {
+			if keys.Contains(r.Desc.StartKey, r.Desc.EndKey, k) && r.LeaseholderNodeID > 0 {
 				return int(r.LeaseholderNodeID - 1)
 			}
 		}

@@ -17,13 +17,7 @@ import (
 var hosts string
 
 func openDB(ctx context.Context) (*client.DB, error) {
-	var addrs []string
-	for _, a := range strings.Split(hosts, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
-	}
-	return client.Open(ctx, addrs)
+	return client.Open(ctx, splitHosts(hosts))
 }
 
 func withDB(f func(ctx context.Context, db *client.DB) error) func(*cobra.Command, []string) error {

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -29,12 +28,7 @@ func init() {
       --join 127.0.0.1:26257,127.0.0.1:26258,127.0.0.1:26259`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			var peers []string
-			for _, a := range strings.Split(join, ",") {
-				if a = strings.TrimSpace(a); a != "" {
-					peers = append(peers, a)
-				}
-			}
+			peers := splitHosts(join)
 			m, err := storage.ParseMode(mode)
 			if err != nil {
 				return err

@@ -43,7 +43,6 @@ var (
 	MetaEnd         = []byte{0x00, 'a' + 1}
 	HeartbeatPrefix = []byte{0x00, 'h'}
 	StatusPrefix    = []byte{0x00, 's'}
-	SystemEnd       = []byte{0x01}
 	UserPrefix      = []byte{0x01}
 	UserEnd         = []byte{0x02}
 )

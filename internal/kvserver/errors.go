@@ -59,9 +59,8 @@ func (n *Node) proposeErr(rr *rangeReplica, err error) *rpcpb.Error {
 		return n.notLeaseholder(rr)
 	case errors.Is(err, replica.ErrAmbiguous):
 		return pbErr(rpcpb.ErrorCode_AMBIGUOUS, "range r%d: %v", rr.r.RangeID(), err)
-	case errors.Is(err, replica.ErrProposalDropped), errors.Is(err, replica.ErrStopped):
-		return pbErr(rpcpb.ErrorCode_UNAVAILABLE, "range r%d: %v", rr.r.RangeID(), err)
 	}
+	// ErrProposalDropped, ErrStopped: nothing applied; retry elsewhere.
 	return pbErr(rpcpb.ErrorCode_UNAVAILABLE, "range r%d: %v", rr.r.RangeID(), err)
 }
 

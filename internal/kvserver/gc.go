@@ -1,6 +1,7 @@
 package kvserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -28,19 +29,9 @@ func (n *Node) collectLedRanges() {
 	}
 }
 
-// collectRange runs version GC over one range the node leads, with the
-// threshold GCTTL behind a fresh oracle timestamp. It returns the number
-// of versions removed.
-func (n *Node) collectRange(ctx context.Context, rr *rangeReplica) (int, error) {
-	now, e := n.timestamp(ctx)
-	if e != nil {
-		return 0, errorf(e)
-	}
-	ttl := uint64(n.cfg.GCTTL.Milliseconds()) << tso.DefaultLogicalBits
-	if now <= ttl {
-		return 0, nil
-	}
-	threshold := now - ttl
+// collectRange runs version GC below threshold over one range the node
+// leads. It returns the number of versions removed.
+func (n *Node) collectRange(ctx context.Context, rr *rangeReplica, threshold uint64) (int, error) {
 	var start []byte
 	total := 0
 	for i := 0; i < GCCommandsPerRound; i++ {
@@ -65,14 +56,25 @@ func (n *Node) collectRange(ctx context.Context, rr *rangeReplica) (int, error) 
 // node leads, now. It returns the number of versions removed and the first
 // error (a failed range does not stop the others).
 func (n *Node) CollectGarbage(ctx context.Context) (int, error) {
+	// One threshold for the round: GCTTL behind a fresh oracle timestamp.
+	now, e := n.timestamp(ctx)
+	if e != nil {
+		return 0, errorf(e)
+	}
+	ttl := uint64(n.cfg.GCTTL.Milliseconds()) << tso.DefaultLogicalBits
+	if now <= ttl {
+		return 0, nil
+	}
 	total := 0
 	var first error
 	for _, rr := range n.replicaList() {
 		d := rr.sm.Desc()
-		if d == nil || !rr.r.Status().IsLeader || !keys.IsUser(d.EndKey) && !keys.IsUser(d.StartKey) {
+		// Only ranges holding user keys have versions (the last status
+		// range ends at the user prefix, so test the end key strictly).
+		if d == nil || !rr.r.Status().IsLeader || bytes.Compare(d.EndKey, keys.UserPrefix) <= 0 {
 			continue
 		}
-		k, err := n.collectRange(ctx, rr)
+		k, err := n.collectRange(ctx, rr, now-ttl)
 		total += k
 		if err != nil && first == nil {
 			first = fmt.Errorf("range r%d: %w", d.RangeId, err)

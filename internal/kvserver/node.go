@@ -280,19 +280,6 @@ func (n *Node) nodeAddress(id uint64) string {
 	return n.mu.nodes[id]
 }
 
-// SetNodeAddress records where node id listens (tests restart nodes on
-// new ports; a production cluster would gossip this).
-func (n *Node) SetNodeAddress(id uint64, addr string) {
-	n.mu.Lock()
-	old := n.mu.nodes[id]
-	n.mu.nodes[id] = addr
-	if c := n.mu.conns[old]; c != nil && old != addr {
-		delete(n.mu.conns, old)
-		_ = c.Close()
-	}
-	n.mu.Unlock()
-}
-
 func (n *Node) nodeList() []*rpcpb.NodeDescriptor {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
@@ -358,18 +345,6 @@ func (n *Node) replicaList() []*rangeReplica {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].r.RangeID() < out[j].r.RangeID() })
 	return out
-}
-
-// replicaFor returns the initialized replica whose range contains key.
-func (n *Node) replicaFor(key []byte) *rangeReplica {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	for _, rr := range n.mu.replicas {
-		if containsKey(rr.sm.Desc(), key) {
-			return rr
-		}
-	}
-	return nil
 }
 
 func (n *Node) loadRanges() error {

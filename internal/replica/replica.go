@@ -113,9 +113,7 @@ type proposal struct {
 	id     uint64
 	data   []byte
 	done   chan proposalResult // buffered, receives once
-	index  uint64              // set once appended to the local log
-	term   uint64
-	handed bool // given to RawNode.Propose; guarded by Replica.mu
+	handed bool                // given to RawNode.Propose; guarded by Replica.mu
 }
 
 type proposalResult struct {
@@ -264,10 +262,6 @@ func (r *Replica) RangeID() uint64 { return r.cfg.RangeID }
 
 // Status returns the latest published Raft status.
 func (r *Replica) Status() Status { return *r.status.Load() }
-
-// Initialized reports whether the replica has a configuration (it was
-// created by bootstrap or split, or received a snapshot).
-func (r *Replica) Initialized() bool { return r.Status().Applied >= InitialIndex }
 
 // Step hands an incoming Raft message to the replica.
 func (r *Replica) Step(m raftpb.Message) {
@@ -534,7 +528,6 @@ func (r *Replica) handleReady(rd raft.Ready) {
 				delete(r.proposals, old.id)
 			}
 			if p := r.proposals[id]; p != nil && id != 0 {
-				p.index, p.term = e.Index, e.Term
 				r.byIndex[e.Index] = p
 			}
 		}

@@ -62,15 +62,6 @@ func decodeIndexTerm(b []byte) (uint64, uint64, error) {
 	return binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]), nil
 }
 
-// IsInitialized reports whether the engine holds Raft state for rangeID.
-func IsInitialized(eng storage.Reader, rangeID uint64) (bool, error) {
-	_, err := eng.Get(storage.RangeLocalKey(rangeID, storage.SuffixTruncated))
-	if errors.Is(err, storage.ErrNotFound) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
 // WriteInitialState writes the Raft state of a new range whose voters are
 // the given replica IDs (node IDs), at InitialIndex. hard may carry the
 // term and vote of an uninitialized replica that voted before the range
