@@ -286,7 +286,9 @@ func Run(ctx context.Context, kv KV, o Options, readPercent, concurrency int) (R
 					missing.Add(1)
 				}
 				all.Record(d)
-				window.Record(d)
+				if o.Progress != nil {
+					window.Record(d)
+				}
 				if read {
 					reads.Record(d)
 					nReads.Add(1)
@@ -342,9 +344,11 @@ func Run(ctx context.Context, kv KV, o Options, readPercent, concurrency int) (R
 		// a small negative difference means none.
 		res.OtherCPU = max(0, sysEnd-sysStart-res.ProcessCPU)
 	}
-	res.Ops, res.Reads, res.Writes = ops.Load(), nReads.Load(), nWrites.Load()
 	stop()
 	wg.Wait()
+	// Counted once every worker has stopped, so that Reads + Writes = Ops
+	// (at most one call per worker completes between the two instants).
+	res.Ops, res.Reads, res.Writes = ops.Load(), nReads.Load(), nWrites.Load()
 	if ctx.Err() != nil {
 		return Result{}, ctx.Err()
 	}
