@@ -3330,21 +3330,32 @@ func (x *ProposeResponse) GetValue() uint64 {
 
 // ---------------------------------------------------------------- Raft commands
 //
-// RaftCommand is the payload of a Raft entry. It is evaluated when applied,
-// identically on every replica, so it carries everything evaluation needs
-// (no clock, no node-local state). Exactly one field is set.
+// RaftCommand is the payload of a Raft entry. A write batch is evaluated
+// at the leaseholder before it is proposed: the command then carries the
+// effect (write_batch) and every replica applies those bytes. The other
+// commands are evaluated when applied, identically on every replica, so
+// they carry everything evaluation needs (no clock, no node-local state).
+// Exactly one of batch, write_batch, split, meta_update, alloc_range_id,
+// cas_bound and gc is set.
 type RaftCommand struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Write requests of one BatchRequest.
 	Batch *BatchRequest `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
 	// write_ts is the timestamp of the batch's PutRequests, assigned by the
 	// leaseholder from the oracle after latching their keys.
-	WriteTs       uint64               `protobuf:"varint,2,opt,name=write_ts,json=writeTs,proto3" json:"write_ts,omitempty"`
-	Split         *SplitCommand        `protobuf:"bytes,3,opt,name=split,proto3" json:"split,omitempty"`
-	MetaUpdate    *MetaUpdateCommand   `protobuf:"bytes,4,opt,name=meta_update,json=metaUpdate,proto3" json:"meta_update,omitempty"`
-	AllocRangeId  *AllocRangeIDCommand `protobuf:"bytes,5,opt,name=alloc_range_id,json=allocRangeId,proto3" json:"alloc_range_id,omitempty"`
-	CasBound      *CASBoundCommand     `protobuf:"bytes,6,opt,name=cas_bound,json=casBound,proto3" json:"cas_bound,omitempty"`
-	Gc            *GCCommand           `protobuf:"bytes,7,opt,name=gc,proto3" json:"gc,omitempty"`
+	WriteTs      uint64               `protobuf:"varint,2,opt,name=write_ts,json=writeTs,proto3" json:"write_ts,omitempty"`
+	Split        *SplitCommand        `protobuf:"bytes,3,opt,name=split,proto3" json:"split,omitempty"`
+	MetaUpdate   *MetaUpdateCommand   `protobuf:"bytes,4,opt,name=meta_update,json=metaUpdate,proto3" json:"meta_update,omitempty"`
+	AllocRangeId *AllocRangeIDCommand `protobuf:"bytes,5,opt,name=alloc_range_id,json=allocRangeId,proto3" json:"alloc_range_id,omitempty"`
+	CasBound     *CASBoundCommand     `protobuf:"bytes,6,opt,name=cas_bound,json=casBound,proto3" json:"cas_bound,omitempty"`
+	Gc           *GCCommand           `protobuf:"bytes,7,opt,name=gc,proto3" json:"gc,omitempty"`
+	// write_batch is the engine batch (storage.Batch.Repr) that the
+	// leaseholder's evaluation produced: the MVCC writes to apply.
+	WriteBatch []byte `protobuf:"bytes,8,opt,name=write_batch,json=writeBatch,proto3" json:"write_batch,omitempty"`
+	// proposer_term is the Raft term in which the leaseholder evaluated the
+	// command. Apply refuses an evaluated command whose entry carries another
+	// term: its evaluation was not made by the leader that appended it.
+	ProposerTerm  uint64 `protobuf:"varint,9,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3426,6 +3437,20 @@ func (x *RaftCommand) GetGc() *GCCommand {
 		return x.Gc
 	}
 	return nil
+}
+
+func (x *RaftCommand) GetWriteBatch() []byte {
+	if x != nil {
+		return x.WriteBatch
+	}
+	return nil
+}
+
+func (x *RaftCommand) GetProposerTerm() uint64 {
+	if x != nil {
+		return x.ProposerTerm
+	}
+	return 0
 }
 
 // GCCommand removes versions shadowed at or below threshold (see mvcc.GC)
@@ -3948,7 +3973,7 @@ const file_canopy_proto_rawDesc = "" +
 	"\acommand\x18\x02 \x01(\v2\x13.canopy.RaftCommandR\acommand\"L\n" +
 	"\x0fProposeResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value\"\xd8\x02\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value\"\x9e\x03\n" +
 	"\vRaftCommand\x12*\n" +
 	"\x05batch\x18\x01 \x01(\v2\x14.canopy.BatchRequestR\x05batch\x12\x19\n" +
 	"\bwrite_ts\x18\x02 \x01(\x04R\awriteTs\x12*\n" +
@@ -3957,7 +3982,10 @@ const file_canopy_proto_rawDesc = "" +
 	"metaUpdate\x12A\n" +
 	"\x0ealloc_range_id\x18\x05 \x01(\v2\x1b.canopy.AllocRangeIDCommandR\fallocRangeId\x124\n" +
 	"\tcas_bound\x18\x06 \x01(\v2\x17.canopy.CASBoundCommandR\bcasBound\x12!\n" +
-	"\x02gc\x18\a \x01(\v2\x11.canopy.GCCommandR\x02gc\"i\n" +
+	"\x02gc\x18\a \x01(\v2\x11.canopy.GCCommandR\x02gc\x12\x1f\n" +
+	"\vwrite_batch\x18\b \x01(\fR\n" +
+	"writeBatch\x12#\n" +
+	"\rproposer_term\x18\t \x01(\x04R\fproposerTerm\"i\n" +
 	"\tGCCommand\x12\x1c\n" +
 	"\tthreshold\x18\x01 \x01(\x04R\tthreshold\x12\x1b\n" +
 	"\tstart_key\x18\x02 \x01(\fR\bstartKey\x12!\n" +
@@ -4001,9 +4029,11 @@ const file_canopy_proto_rawDesc = "" +
 	"\x05Split\x12\x14.canopy.SplitRequest\x1a\x15.canopy.SplitResponse\x12C\n" +
 	"\n" +
 	"NodeStatus\x12\x19.canopy.NodeStatusRequest\x1a\x1a.canopy.NodeStatusResponse\x12@\n" +
-	"\tBootstrap\x12\x18.canopy.BootstrapRequest\x1a\x19.canopy.BootstrapResponse2\xf0\x01\n" +
+	"\tBootstrap\x12\x18.canopy.BootstrapRequest\x1a\x19.canopy.BootstrapResponse2\xbc\x02\n" +
 	"\bInternal\x12B\n" +
-	"\x04Raft\x12\x18.canopy.RaftMessageBatch\x1a .canopy.RaftMessageBatchResponse\x12:\n" +
+	"\x04Raft\x12\x18.canopy.RaftMessageBatch\x1a .canopy.RaftMessageBatchResponse\x12J\n" +
+	"\n" +
+	"RaftStream\x12\x18.canopy.RaftMessageBatch\x1a .canopy.RaftMessageBatchResponse(\x01\x12:\n" +
 	"\aPropose\x12\x16.canopy.ProposeRequest\x1a\x17.canopy.ProposeResponse\x121\n" +
 	"\x04Join\x12\x13.canopy.JoinRequest\x1a\x14.canopy.JoinResponse\x121\n" +
 	"\x04Ping\x12\x13.canopy.PingRequest\x1a\x14.canopy.PingResponseB0Z.github.com/canopy-db/canopy/internal/rpc/rpcpbb\x06proto3"
@@ -4154,22 +4184,24 @@ var file_canopy_proto_depIdxs = []int32{
 	43, // 65: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
 	38, // 66: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
 	46, // 67: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
-	52, // 68: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
-	48, // 69: canopy.Internal.Join:input_type -> canopy.JoinRequest
-	50, // 70: canopy.Internal.Ping:input_type -> canopy.PingRequest
-	30, // 71: canopy.KV.Batch:output_type -> canopy.BatchResponse
-	32, // 72: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
-	34, // 73: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
-	37, // 74: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
-	41, // 75: canopy.KV.Split:output_type -> canopy.SplitResponse
-	44, // 76: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
-	39, // 77: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
-	47, // 78: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
-	53, // 79: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
-	49, // 80: canopy.Internal.Join:output_type -> canopy.JoinResponse
-	51, // 81: canopy.Internal.Ping:output_type -> canopy.PingResponse
-	71, // [71:82] is the sub-list for method output_type
-	60, // [60:71] is the sub-list for method input_type
+	46, // 68: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
+	52, // 69: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
+	48, // 70: canopy.Internal.Join:input_type -> canopy.JoinRequest
+	50, // 71: canopy.Internal.Ping:input_type -> canopy.PingRequest
+	30, // 72: canopy.KV.Batch:output_type -> canopy.BatchResponse
+	32, // 73: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
+	34, // 74: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
+	37, // 75: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
+	41, // 76: canopy.KV.Split:output_type -> canopy.SplitResponse
+	44, // 77: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
+	39, // 78: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
+	47, // 79: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
+	47, // 80: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
+	53, // 81: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
+	49, // 82: canopy.Internal.Join:output_type -> canopy.JoinResponse
+	51, // 83: canopy.Internal.Ping:output_type -> canopy.PingResponse
+	72, // [72:84] is the sub-list for method output_type
+	60, // [60:72] is the sub-list for method input_type
 	60, // [60:60] is the sub-list for extension type_name
 	60, // [60:60] is the sub-list for extension extendee
 	0,  // [0:60] is the sub-list for field type_name

@@ -355,10 +355,11 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Internal_Raft_FullMethodName    = "/canopy.Internal/Raft"
-	Internal_Propose_FullMethodName = "/canopy.Internal/Propose"
-	Internal_Join_FullMethodName    = "/canopy.Internal/Join"
-	Internal_Ping_FullMethodName    = "/canopy.Internal/Ping"
+	Internal_Raft_FullMethodName       = "/canopy.Internal/Raft"
+	Internal_RaftStream_FullMethodName = "/canopy.Internal/RaftStream"
+	Internal_Propose_FullMethodName    = "/canopy.Internal/Propose"
+	Internal_Join_FullMethodName       = "/canopy.Internal/Join"
+	Internal_Ping_FullMethodName       = "/canopy.Internal/Ping"
 )
 
 // InternalClient is the client API for Internal service.
@@ -366,6 +367,10 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type InternalClient interface {
 	Raft(ctx context.Context, in *RaftMessageBatch, opts ...grpc.CallOption) (*RaftMessageBatchResponse, error)
+	// RaftStream carries Raft messages from one node to another over one
+	// long-lived stream per direction: the sender sends batches without
+	// waiting for replies; the receiver answers once, when the stream ends.
+	RaftStream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftMessageBatch, RaftMessageBatchResponse], error)
 	Propose(ctx context.Context, in *ProposeRequest, opts ...grpc.CallOption) (*ProposeResponse, error)
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
@@ -388,6 +393,19 @@ func (c *internalClient) Raft(ctx context.Context, in *RaftMessageBatch, opts ..
 	}
 	return out, nil
 }
+
+func (c *internalClient) RaftStream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftMessageBatch, RaftMessageBatchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Internal_ServiceDesc.Streams[0], Internal_RaftStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RaftMessageBatch, RaftMessageBatchResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Internal_RaftStreamClient = grpc.ClientStreamingClient[RaftMessageBatch, RaftMessageBatchResponse]
 
 func (c *internalClient) Propose(ctx context.Context, in *ProposeRequest, opts ...grpc.CallOption) (*ProposeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -424,6 +442,10 @@ func (c *internalClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc
 // for forward compatibility.
 type InternalServer interface {
 	Raft(context.Context, *RaftMessageBatch) (*RaftMessageBatchResponse, error)
+	// RaftStream carries Raft messages from one node to another over one
+	// long-lived stream per direction: the sender sends batches without
+	// waiting for replies; the receiver answers once, when the stream ends.
+	RaftStream(grpc.ClientStreamingServer[RaftMessageBatch, RaftMessageBatchResponse]) error
 	Propose(context.Context, *ProposeRequest) (*ProposeResponse, error)
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
@@ -439,6 +461,9 @@ type UnimplementedInternalServer struct{}
 
 func (UnimplementedInternalServer) Raft(context.Context, *RaftMessageBatch) (*RaftMessageBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Raft not implemented")
+}
+func (UnimplementedInternalServer) RaftStream(grpc.ClientStreamingServer[RaftMessageBatch, RaftMessageBatchResponse]) error {
+	return status.Error(codes.Unimplemented, "method RaftStream not implemented")
 }
 func (UnimplementedInternalServer) Propose(context.Context, *ProposeRequest) (*ProposeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Propose not implemented")
@@ -487,6 +512,13 @@ func _Internal_Raft_Handler(srv interface{}, ctx context.Context, dec func(inter
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Internal_RaftStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(InternalServer).RaftStream(&grpc.GenericServerStream[RaftMessageBatch, RaftMessageBatchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Internal_RaftStreamServer = grpc.ClientStreamingServer[RaftMessageBatch, RaftMessageBatchResponse]
 
 func _Internal_Propose_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ProposeRequest)
@@ -566,6 +598,12 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Internal_Ping_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "RaftStream",
+			Handler:       _Internal_RaftStream_Handler,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "canopy.proto",
 }
