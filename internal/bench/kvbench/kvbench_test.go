@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -124,5 +126,30 @@ func TestValidate(t *testing.T) {
 	}
 	if _, err := Run(context.Background(), kv, Options{}, 0, 0); err == nil {
 		t.Error("concurrency 0 accepted")
+	}
+}
+
+func TestRunMeasuresServerProcesses(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("no /proc")
+	}
+	kv := &mapKV{m: map[string][]byte{}}
+	// This process stands in for a server.
+	o := Options{Keys: 50, Duration: 200 * time.Millisecond, ServerPIDs: []int{os.Getpid()}}
+	r, err := Run(context.Background(), kv, o, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.ServerCPUPerOp(); !ok || r.ServerPIDs != 1 || r.ServerCPU < 0 {
+		t.Fatalf("server CPU not measured: %+v", r)
+	}
+	var b bytes.Buffer
+	WriteTableRow(&b, Row{Cluster: "x", Result: r})
+	if bytes.HasSuffix(bytes.TrimSpace(b.Bytes()), []byte("-")) {
+		t.Errorf("table row without server CPU: %q", b.String())
+	}
+	o.ServerPIDs = []int{os.Getpid(), 1 << 30} // no such process
+	if _, err := Run(context.Background(), kv, o, 0, 1); err == nil {
+		t.Fatal("a run with an unreadable server process succeeded")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/canopy-db/canopy/internal/bench"
 	"github.com/canopy-db/canopy/internal/bench/latency"
@@ -25,30 +26,44 @@ type Row struct {
 // Series names the row's line in plots: workload, and cluster if several.
 func (r Row) Series(manyClusters bool) string {
 	if manyClusters {
-		return WorkloadName(r.ReadPercent) + ", " + r.Cluster
+		return r.Workload + ", " + r.Cluster
 	}
-	return WorkloadName(r.ReadPercent)
+	return r.Workload
 }
 
 // TableHeader is the header of the table WriteTableRow prints under.
-const TableHeader = "workload        cluster    conc       ops      secs      ops/s   p50 ms   p99 ms   max ms  errors   cpu %  other cpu %"
+const TableHeader = "workload        cluster    conc       ops      secs      ops/s   p50 ms   p99 ms   max ms  errors  retries   cpu %  other cpu %  server cpu us/op"
 
 // WriteTableRow prints one row, aligned under TableHeader. Figures are
 // printed as measured: ops/s to 0.1, latencies to 0.01 ms; cpu % is the
 // process's CPU time over the run's time, in percent of one CPU, and
-// other cpu % the same for the rest of the machine (-1: unknown).
+// other cpu % the same for the rest of the machine (-1: unknown);
+// server cpu us/op is the CPU time of Options.ServerPIDs per completed
+// call, in microseconds ("-" if not measured).
 func WriteTableRow(w io.Writer, r Row) {
-	fmt.Fprintf(w, "%-15s %-10s %4d  %8d  %8.2f  %9.1f  %7.2f  %7.2f  %7.2f  %6d  %6.0f  %11.0f\n",
-		WorkloadName(r.ReadPercent), r.Cluster, r.Concurrency, r.Ops, r.Elapsed.Seconds(), r.OpsPerSecond(),
-		Millis(r.All.P50), Millis(r.All.P99), Millis(r.All.Max), r.Errors, r.CPUPercent(), r.OtherCPUPercent())
+	server := "-"
+	if d, ok := r.ServerCPUPerOp(); ok {
+		server = strconv.FormatFloat(Micros(d), 'f', 0, 64)
+	}
+	fmt.Fprintf(w, "%-15s %-10s %4d  %8d  %8.2f  %9.1f  %7.2f  %7.2f  %7.2f  %6d  %7d  %6.0f  %11.0f  %16s\n",
+		r.Workload, r.Cluster, r.Concurrency, r.Ops, r.Elapsed.Seconds(), r.OpsPerSecond(),
+		Millis(r.All.P50), Millis(r.All.P99), Millis(r.All.Max), r.Errors, r.Retries, r.CPUPercent(), r.OtherCPUPercent(), server)
 }
+
+// Micros converts a duration to fractional microseconds.
+func Micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
 var csvHeader = []string{
 	"workload", "read_percent", "cluster", "concurrency", "value_bytes", "keys",
 	"ops", "reads", "writes", "errors", "not_found", "seconds", "ops_per_second",
 	"p50_ms", "p99_ms", "max_ms", "get_p50_ms", "get_p99_ms", "put_p50_ms", "put_p99_ms",
-	"process_cpu_percent", "other_cpu_percent", "machine",
+	"process_cpu_percent", "other_cpu_percent", "retries", "server_pids", "server_cpu_seconds",
+	"server_cpu_us_per_op", "machine",
 }
+
+// CSVHeader returns the columns WriteCSV writes, in order; readers find
+// columns by these names (internal/bench/compare does).
+func CSVHeader() []string { return append([]string(nil), csvHeader...) }
 
 // WriteCSV writes the rows, one per line after a header; the machine is a
 // column so that the file stands on its own.
@@ -71,15 +86,27 @@ func WriteCSV(path string, rows []Row, m bench.Machine) error {
 	for _, r := range rows {
 		getP50, getP99 := pct(r.Read)
 		putP50, putP99 := pct(r.Write)
+		readPercent := "" // not a single-key mix (transactions)
+		if r.ReadPercent >= 0 {
+			readPercent = strconv.Itoa(r.ReadPercent)
+		}
+		serverSeconds, serverPerOp := "", ""
+		if r.ServerPIDs > 0 {
+			serverSeconds = strconv.FormatFloat(r.ServerCPU.Seconds(), 'f', 3, 64)
+		}
+		if d, ok := r.ServerCPUPerOp(); ok {
+			serverPerOp = strconv.FormatFloat(Micros(d), 'f', 1, 64)
+		}
 		_ = w.Write([]string{
-			WorkloadName(r.ReadPercent), strconv.Itoa(r.ReadPercent), r.Cluster, strconv.Itoa(r.Concurrency),
+			r.Workload, readPercent, r.Cluster, strconv.Itoa(r.Concurrency),
 			strconv.Itoa(r.ValueBytes), strconv.Itoa(r.Keys),
 			strconv.FormatInt(r.Ops, 10), strconv.FormatInt(r.Reads, 10), strconv.FormatInt(r.Writes, 10),
 			strconv.FormatInt(r.Errors, 10), strconv.FormatInt(r.NotFound, 10),
 			strconv.FormatFloat(r.Elapsed.Seconds(), 'f', 3, 64), strconv.FormatFloat(r.OpsPerSecond(), 'f', 1, 64),
 			ms(Millis(r.All.P50)), ms(Millis(r.All.P99)), ms(Millis(r.All.Max)),
 			getP50, getP99, putP50, putP99,
-			strconv.FormatFloat(r.CPUPercent(), 'f', 0, 64), strconv.FormatFloat(r.OtherCPUPercent(), 'f', 0, 64), m.String(),
+			strconv.FormatFloat(r.CPUPercent(), 'f', 0, 64), strconv.FormatFloat(r.OtherCPUPercent(), 'f', 0, 64),
+			strconv.FormatInt(r.Retries, 10), strconv.Itoa(r.ServerPIDs), serverSeconds, serverPerOp, m.String(),
 		})
 	}
 	w.Flush()
@@ -95,13 +122,13 @@ func WriteCSV(path string, rows []Row, m bench.Machine) error {
 func WritePlot(path, title string, rows []Row, m bench.Machine) error {
 	// One colour per workload; the first cluster's lines solid, the
 	// others' dashed.
-	clusters, workloads := map[string]int{}, map[int]int{}
+	clusters, workloads := map[string]int{}, map[string]int{}
 	for _, r := range rows {
 		if _, ok := clusters[r.Cluster]; !ok {
 			clusters[r.Cluster] = len(clusters)
 		}
-		if _, ok := workloads[r.ReadPercent]; !ok {
-			workloads[r.ReadPercent] = len(workloads)
+		if _, ok := workloads[r.Workload]; !ok {
+			workloads[r.Workload] = len(workloads)
 		}
 	}
 	idx := map[string]int{}
@@ -112,7 +139,7 @@ func WritePlot(path, title string, rows []Row, m bench.Machine) error {
 		if !ok {
 			i = len(tput)
 			idx[name] = i
-			s := plot.Series{Name: name, Color: plot.Palette[workloads[r.ReadPercent]%len(plot.Palette)], Dashed: clusters[r.Cluster] > 0}
+			s := plot.Series{Name: name, Color: plot.Palette[workloads[r.Workload]%len(plot.Palette)], Dashed: clusters[r.Cluster] > 0}
 			tput, p50, p99 = append(tput, s), append(p50, s), append(p99, s)
 		}
 		x := float64(r.Concurrency)
