@@ -197,12 +197,14 @@ func WritePlot(path string, rep Report) error {
 					sb.X, sb.Y = append(sb.X, x), append(sb.Y, bv)
 				}
 			}
-			unit := m.Name
+			// The plot's bitmap font is ASCII: "µs" would print as "?s".
+			name := strings.ReplaceAll(m.Name, "µ", "u")
+			unit := name
 			if i := strings.IndexByte(unit, ' '); i >= 0 {
 				unit = unit[i+1:] // "p50 ms" -> "ms"
 			}
 			panels = append(panels, plot.LineChart{
-				Title: wl + ": " + m.Name, XLabel: "concurrent clients", YLabel: unit,
+				Title: wl + ": " + name, XLabel: "concurrent clients", YLabel: unit,
 				LogX: true, Series: []plot.Series{sa, sb}, HideLegend: true,
 			})
 		}
