@@ -1,7 +1,6 @@
 package concurrency
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -199,7 +198,8 @@ type LockTable struct {
 
 // lockState is one key's holders, claims and queue.
 type lockState struct {
-	key []byte
+	// key is also the key of LockTable.mu.locks (one copy of the bytes).
+	key string
 	// holders is sorted by txn. Invariant: pairwise compatible; no txn is 0
 	// or appears twice.
 	holders []lockHolder
@@ -211,6 +211,8 @@ type lockState struct {
 	// another transaction.
 	queue []*Waiter
 	dirty bool
+	// holdersBuf holds holders for the common case of one holder.
+	holdersBuf [1]lockHolder
 }
 
 type lockHolder struct {
@@ -222,7 +224,7 @@ type lockHolder struct {
 type txnRecord struct {
 	// locks are the keys it holds.
 	locks map[*lockState]struct{}
-	// waiters are its queued or claiming waiters.
+	// waiters are its queued or claiming waiters; nil until it has one.
 	waiters map[*Waiter]struct{}
 }
 
@@ -303,8 +305,8 @@ func (w *Waiter) Err() error {
 // Txn returns the waiting transaction (0: non-transactional).
 func (w *Waiter) Txn() TxnID { return w.txn }
 
-// Key returns the key the waiter waits on.
-func (w *Waiter) Key() []byte { return w.ls.key }
+// Key returns (a copy of) the key the waiter waits on.
+func (w *Waiter) Key() []byte { return []byte(w.ls.key) }
 
 // Strength returns the strength the waiter asked for.
 func (w *Waiter) Strength() Strength { return w.strength }
@@ -312,7 +314,7 @@ func (w *Waiter) Strength() Strength { return w.strength }
 func (t *LockTable) recordLocked(txn TxnID) *txnRecord {
 	r := t.mu.txns[txn]
 	if r == nil {
-		r = &txnRecord{locks: map[*lockState]struct{}{}, waiters: map[*Waiter]struct{}{}}
+		r = &txnRecord{locks: map[*lockState]struct{}{}}
 		t.mu.txns[txn] = r
 	}
 	return r
@@ -393,11 +395,9 @@ func (t *LockTable) acquireLocked(txn TxnID, key []byte, s Strength) error {
 		if len(t.mu.locks) >= t.cfg.LocksMax {
 			return fmt.Errorf("%w: %d keys tracked, acquiring %s", ErrLockTableFull, len(t.mu.locks), keyString(key))
 		}
-		ls = &lockState{key: bytes.Clone(key)}
-		if ls.key == nil {
-			ls.key = []byte{}
-		}
-		t.mu.locks[string(key)] = ls
+		ls = &lockState{key: string(key)}
+		ls.holders = ls.holdersBuf[:0]
+		t.mu.locks[ls.key] = ls
 	}
 	var conflicting []TxnID
 	for _, h := range ls.holders {
@@ -406,7 +406,7 @@ func (t *LockTable) acquireLocked(txn TxnID, key []byte, s Strength) error {
 		}
 	}
 	if conflicting != nil {
-		return &ConflictError{Key: bytes.Clone(ls.key), Holders: conflicting}
+		return &ConflictError{Key: []byte(ls.key), Holders: conflicting}
 	}
 	i, found := slices.BinarySearchFunc(ls.holders, txn, func(h lockHolder, x TxnID) int { return compareUint64(uint64(h.txn), uint64(x)) })
 	if found {
@@ -505,7 +505,11 @@ func (t *LockTable) Enqueue(waiter TxnID, key []byte, s Strength) (*Waiter, erro
 	}
 	t.mu.waiterCount++
 	if waiter != 0 {
-		t.recordLocked(waiter).waiters[w] = struct{}{}
+		r := t.recordLocked(waiter)
+		if r.waiters == nil {
+			r.waiters = map[*Waiter]struct{}{}
+		}
+		r.waiters[w] = struct{}{}
 	}
 	t.markDirtyLocked(ls)
 	foreign := t.flushLocked()
@@ -531,7 +535,7 @@ func (t *LockTable) Wait(ctx context.Context, w *Waiter) error {
 		return w.Err()
 	case <-ctx.Done():
 		t.Dequeue(w)
-		return fmt.Errorf("concurrency: waiting for lock on %s: %w", keyString(w.ls.key), ctx.Err())
+		return fmt.Errorf("concurrency: waiting for lock on %s: %w", keyString([]byte(w.ls.key)), ctx.Err())
 	}
 }
 
@@ -628,7 +632,7 @@ func (t *LockTable) ReleaseTxn(txn TxnID) {
 		for ls := range r.locks {
 			states = append(states, ls)
 		}
-		slices.SortFunc(states, func(a, b *lockState) int { return bytes.Compare(a.key, b.key) })
+		slices.SortFunc(states, func(a, b *lockState) int { return strings.Compare(a.key, b.key) })
 		ws := make([]*Waiter, 0, len(r.waiters))
 		for w := range r.waiters {
 			ws = append(ws, w)
@@ -679,7 +683,7 @@ func (t *LockTable) sortedStatesLocked() []*lockState {
 	for _, ls := range t.mu.locks {
 		states = append(states, ls)
 	}
-	slices.SortFunc(states, func(a, b *lockState) int { return bytes.Compare(a.key, b.key) })
+	slices.SortFunc(states, func(a, b *lockState) int { return strings.Compare(a.key, b.key) })
 	return states
 }
 
@@ -697,8 +701,8 @@ func (t *LockTable) flushLocked() (foreign []*Waiter) {
 			t.wakeLocked(ls)
 			t.blockersLocked(ls)
 			if len(ls.holders) == 0 && len(ls.claims) == 0 && len(ls.queue) == 0 {
-				if t.mu.locks[string(ls.key)] == ls {
-					delete(t.mu.locks, string(ls.key))
+				if t.mu.locks[ls.key] == ls {
+					delete(t.mu.locks, ls.key)
 				}
 			}
 		}
@@ -880,7 +884,7 @@ func (t *LockTable) String() string {
 	defer t.mu.Unlock()
 	var b strings.Builder
 	for _, ls := range t.sortedStatesLocked() {
-		b.WriteString(keyString(ls.key) + ":")
+		b.WriteString(keyString([]byte(ls.key)) + ":")
 		if len(ls.holders) > 0 {
 			b.WriteString(" holders")
 			for _, h := range ls.holders {
