@@ -84,8 +84,8 @@ func WriteMarkdown(w io.Writer, rep Report) error {
 		fmt.Fprintf(&b, " %s %s | %s %s | %s / %s |", rep.A, m.Name, rep.B, m.Name, rep.A, rep.B)
 		align += "---:|---:|---:|"
 	}
-	fmt.Fprintf(&b, " %s retries | %s retries | errors %s / %s |\n", rep.A, rep.B, rep.A, rep.B)
-	align += "---:|---:|---:|"
+	fmt.Fprintf(&b, " %s retries | %s retries | errors %s / %s | other CPU %% %s / %s |\n", rep.A, rep.B, rep.A, rep.B, rep.A, rep.B)
+	align += "---:|---:|---:|---:|"
 	b.WriteString(align + "\n")
 	for _, r := range rep.Rows {
 		fmt.Fprintf(&b, "| %s | %d |", r.Workload, r.Concurrency)
@@ -105,14 +105,21 @@ func WriteMarkdown(w io.Writer, rep Report) error {
 			}
 			return strconv.FormatInt(p.Errors, 10)
 		}
-		fmt.Fprintf(&b, " %s | %s | %s / %s |\n", retries(r.A), retries(r.B), errs(r.A), errs(r.B))
+		other := func(p *Point) string {
+			if p == nil || p.OtherCPUPercent < 0 {
+				return "–"
+			}
+			return strconv.FormatFloat(p.OtherCPUPercent, 'f', 0, 64)
+		}
+		fmt.Fprintf(&b, " %s | %s | %s / %s | %s / %s |\n", retries(r.A), retries(r.B), errs(r.A), errs(r.B), other(r.A), other(r.B))
 	}
 	b.WriteString(`
 ops/s: completed operations per second of measured time (txn: committed transactions).
 p50, p99: latency of a completed operation as the client sees it (txn: the whole transaction,
 retries included). server CPU µs/op: user + system CPU time of the system's server processes
 over the measured time (/proc/<pid>/stat), divided by the completed operations. retries: attempts
-after the first, over the run. A ratio above 1 means more of it for ` + rep.A + `: better for
+after the first, over the run. other CPU %: CPU time the rest of the machine (neither the bench
+client nor the measured servers) used during the run, in percent of one CPU. A ratio above 1 means more of it for ` + rep.A + `: better for
 ops/s, worse for latency and CPU. "–": not measured, or nothing to divide by.
 `)
 	_, err := io.WriteString(w, b.String())
@@ -132,7 +139,8 @@ func WriteCSV(path string, rep Report) error {
 	for _, m := range Metrics {
 		header = append(header, rep.A+"_"+m.Key, rep.B+"_"+m.Key, "ratio_"+m.Key)
 	}
-	header = append(header, rep.A+"_retries", rep.B+"_retries", rep.A+"_errors", rep.B+"_errors", rep.A+"_ops", rep.B+"_ops")
+	header = append(header, rep.A+"_retries", rep.B+"_retries", rep.A+"_errors", rep.B+"_errors", rep.A+"_ops", rep.B+"_ops",
+		rep.A+"_other_cpu_percent", rep.B+"_other_cpu_percent")
 	_ = w.Write(header)
 	cell := func(v float64, ok bool, digits int) string {
 		if !ok {
@@ -155,7 +163,14 @@ func WriteCSV(path string, rep Report) error {
 		retries := func(p *Point) int64 { return p.Retries }
 		errs := func(p *Point) int64 { return p.Errors }
 		ops := func(p *Point) int64 { return p.Ops }
-		rec = append(rec, count(r.A, retries), count(r.B, retries), count(r.A, errs), count(r.B, errs), count(r.A, ops), count(r.B, ops))
+		other := func(p *Point) string {
+			if p == nil || p.OtherCPUPercent < 0 {
+				return ""
+			}
+			return strconv.FormatFloat(p.OtherCPUPercent, 'f', 0, 64)
+		}
+		rec = append(rec, count(r.A, retries), count(r.B, retries), count(r.A, errs), count(r.B, errs), count(r.A, ops), count(r.B, ops),
+			other(r.A), other(r.B))
 		_ = w.Write(rec)
 	}
 	w.Flush()
