@@ -149,7 +149,10 @@ if [[ -z $ETCD ]]; then
 	ETCD=$(command -v etcd || echo /usr/bin/etcd)
 fi
 [[ -x $ETCD ]] || die "$ETCD is not executable"
-ETCD_VERSION=$("$ETCD" --version | head -1)
+# Not `| head -1`: with pipefail, etcd's SIGPIPE on the lines head
+# does not read would fail the script.
+ETCD_VERSION=$("$ETCD" --version)
+ETCD_VERSION=${ETCD_VERSION%%$'\n'*}
 log "etcd: $ETCD ($ETCD_VERSION)"
 if pgrep -x etcd >/dev/null; then
 	log "warning: etcd processes not started by this script are running (pgrep -x etcd: $(pgrep -x etcd | tr '\n' ' ')); they share the machine with the measurements"
