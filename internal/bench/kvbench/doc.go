@@ -14,6 +14,14 @@
 //  3. Operations during Options.Warmup, at the start of each run, are done
 //     but not counted.
 //
+//  4. Drive is the loop Run is built on, for other workloads (txnbench):
+//     the same bounds, warm-up, counting and progress line, around any
+//     operation that reports an Outcome.
+//  5. With Options.ServerPIDs, each run also measures the CPU time of
+//     those processes (a cluster outside this process) over its measured
+//     time, into Result.ServerCPU; a process that cannot be read fails
+//     the run.
+//
 // What is measured: the latency of one call of KV.Put or KV.Get as the
 // caller sees it (client routing and retries included), and completed
 // calls per second of measured time. Failed calls are counted in
