@@ -13,7 +13,6 @@
 //     comes first: every run is bounded in both time and count.
 //  3. Operations during Options.Warmup, at the start of each run, are done
 //     but not counted.
-//
 //  4. Drive is the loop Run is built on, for other workloads (txnbench):
 //     the same bounds, warm-up, counting and progress line, around any
 //     operation that reports an Outcome.
