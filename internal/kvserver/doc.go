@@ -9,14 +9,26 @@
 //     RANGE_NOT_FOUND), that replica must be the Raft leader, which is the
 //     leaseholder (else NOT_LEASEHOLDER with a hint), and every key must lie
 //     in the range (else RANGE_KEY_MISMATCH with the current descriptor).
-//  2. Reads wait for in-flight non-transactional writes they overlap
-//     (latches), confirm leadership and catch up with the log (ReadIndex),
-//     then evaluate on an engine snapshot.
-//  3. Writes are proposed as one RaftCommand and evaluated when applied, on
-//     every replica, all-or-nothing. Non-transactional Puts first latch
-//     their keys and take their timestamp from the oracle, so that any read
-//     with a higher timestamp waits for them: this makes them
-//     linearizable and keeps snapshot reads consistent.
+//  2. Reads confirm leadership and catch up with the log (ReadIndex), take
+//     read latches on their spans (waiting for writes in flight on the
+//     same keys), open an engine snapshot, release the latches, and
+//     evaluate on the snapshot (internal/eval).
+//  3. Writes wait until the leader is the leaseholder (an entry of its term
+//     has applied, so its state is current), take write latches, take a
+//     timestamp from the oracle for non-transactional Puts (after
+//     latching: a later read waits for the Put and sees it), evaluate on an
+//     indexed batch over the engine (internal/eval), and propose the
+//     batch's bytes with the Raft term and range generation of the
+//     evaluation. Every replica applies those bytes, unless the entry's
+//     term or the range's generation differs (then nothing applies and the
+//     client retries). Latches are released when the command has applied
+//     here or is known never to apply, not when the client stops waiting.
+//     A batch that writes nothing (resolving an intent that is gone) is
+//     answered without a proposal.
+//
+// Splits, meta updates, the oracle's bound, range-ID allocation and
+// version GC are still evaluated when applied, identically on every
+// replica; a split first takes a write latch over the whole range.
 //
 // Bootstrap: `canopy init` sends Bootstrap to one node, which assigns node
 // IDs in join-list order and sends every node (itself included) a Join with

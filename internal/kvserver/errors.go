@@ -2,54 +2,13 @@ package kvserver
 
 import (
 	"errors"
-	"fmt"
 
-	"github.com/canopy-db/canopy/internal/mvcc"
 	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 )
 
 func pbErr(code rpcpb.ErrorCode, format string, args ...any) *rpcpb.Error {
-	return &rpcpb.Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-func pbIntents(in []mvcc.Intent) []*rpcpb.Intent {
-	out := make([]*rpcpb.Intent, 0, len(in))
-	for _, i := range in {
-		out = append(out, &rpcpb.Intent{Key: i.Key, Txn: &rpcpb.TxnMeta{StartTs: i.Txn.StartTs, HeartbeatKey: i.Txn.HeartbeatKey}})
-	}
-	return out
-}
-
-// evalErr maps an evaluation error to a wire error. Errors that are not a
-// known conflict are internal: evaluation of valid input does not fail.
-func evalErr(err error) *rpcpb.Error {
-	var wc *mvcc.WriteConflictError
-	var ie *mvcc.IntentError
-	var rc *mvcc.ReadConflictError
-	switch {
-	case errors.As(err, &wc):
-		e := pbErr(rpcpb.ErrorCode_WRITE_CONFLICT, "%v", err)
-		e.ExistingTs = wc.ExistingTs
-		if wc.Intent != nil {
-			e.Intents = pbIntents([]mvcc.Intent{*wc.Intent})
-		}
-		return e
-	case errors.As(err, &ie):
-		e := pbErr(rpcpb.ErrorCode_INTENT_FOUND, "%v", err)
-		e.Intents = pbIntents(ie.Intents)
-		return e
-	case errors.As(err, &rc):
-		e := pbErr(rpcpb.ErrorCode_READ_CONFLICT, "%v", err)
-		e.ExistingTs = rc.Ts
-		if rc.Intent != nil {
-			e.Intents = pbIntents([]mvcc.Intent{*rc.Intent})
-		}
-		return e
-	case errors.Is(err, mvcc.ErrInvalidArgument):
-		return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "%v", err)
-	}
-	return pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)
+	return rpcpb.NewError(code, format, args...)
 }
 
 // proposeErr maps a replica error to a wire error.

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/canopy-db/canopy/internal/concurrency"
 	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/storage"
@@ -400,7 +401,7 @@ func (n *Node) newReplica(rangeID uint64, desc *rpcpb.RangeDescriptor) (*rangeRe
 	if err != nil {
 		return nil, err
 	}
-	rr := &rangeReplica{r: r, sm: sm}
+	rr := &rangeReplica{r: r, sm: sm, latches: concurrency.NewLatchManager()}
 	n.mu.Lock()
 	if old := n.mu.replicas[rangeID]; old != nil {
 		n.mu.Unlock()

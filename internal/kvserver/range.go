@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/canopy-db/canopy/internal/concurrency"
+	"github.com/canopy-db/canopy/internal/eval"
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/mvcc"
 	"github.com/canopy-db/canopy/internal/replica"
@@ -20,7 +22,7 @@ import (
 type rangeReplica struct {
 	r       *replica.Replica
 	sm      *rangeSM
-	latches latchSet
+	latches *concurrency.LatchManager
 }
 
 // rangeSM is the state machine of one range on this node. It implements
@@ -48,17 +50,7 @@ func (s *rangeSM) setDesc(d *rpcpb.RangeDescriptor) {
 	s.mu.Unlock()
 }
 
-func containsKey(d *rpcpb.RangeDescriptor, k []byte) bool {
-	return d != nil && keys.Contains(d.StartKey, d.EndKey, k)
-}
-
-// containsSpan reports whether [start, end) lies in d (end empty: just start).
-func containsSpan(d *rpcpb.RangeDescriptor, start, end []byte) bool {
-	if !containsKey(d, start) {
-		return false
-	}
-	return len(end) == 0 || bytes.Compare(end, d.EndKey) <= 0
-}
+func containsKey(d *rpcpb.RangeDescriptor, k []byte) bool { return eval.ContainsKey(d, k) }
 
 func writeDesc(w storage.Writer, d *rpcpb.RangeDescriptor) error {
 	b, err := proto.Marshal(d)
@@ -91,25 +83,39 @@ func voters(d *rpcpb.RangeDescriptor) []uint64 {
 	return out
 }
 
+// appliedResult is the result of an evaluated command that applied: the
+// proposer answers with the response its evaluation produced.
+type appliedResult struct{}
+
 // Apply implements replica.StateMachine.
-func (s *rangeSM) Apply(eng *storage.Engine, index uint64, data []byte) (*storage.Batch, any, func()) {
+func (s *rangeSM) Apply(b *storage.Batch, index, term uint64, data []byte) (any, func()) {
 	var c rpcpb.RaftCommand
 	if err := proto.Unmarshal(data, &c); err != nil {
 		panic(fmt.Sprintf("r%d: undecodable Raft command at index %d: %v", s.rangeID, index, err))
 	}
 	desc := s.Desc()
-	b := eng.NewBatch()
-	fail := func(e *rpcpb.Error) (*storage.Batch, any, func()) {
-		b.Close()
-		return nil, &rpcpb.BatchResponse{Error: e}, nil
+	fail := func(e *rpcpb.Error) (any, func()) {
+		return &rpcpb.BatchResponse{Error: e}, nil
 	}
 	switch {
-	case c.Batch != nil:
-		resp := evalWrite(b, desc, c.Batch, c.WriteTs)
-		if resp.Error != nil {
-			return fail(resp.Error)
+	case c.ProposerTerm != 0:
+		// Evaluated at the leaseholder: apply its bytes, if the evaluation
+		// still holds. Both checks read only the entry and the replica's
+		// applied state, so every replica decides alike (I5).
+		if c.ProposerTerm != term {
+			return fail(pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "r%d: command evaluated in term %d was appended in term %d", s.rangeID, c.ProposerTerm, term))
 		}
-		return b, resp, nil
+		if desc == nil || desc.Generation != c.RangeGeneration {
+			e := pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "r%d changed (generation %d, evaluated under %d) before the command applied", s.rangeID, desc.GetGeneration(), c.RangeGeneration)
+			e.Range = desc
+			return fail(e)
+		}
+		if err := b.ApplyRepr(c.WriteBatch); err != nil {
+			panic(fmt.Sprintf("r%d: entry %d: %v", s.rangeID, index, err))
+		}
+		return appliedResult{}, nil
+	case c.Batch != nil:
+		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "r%d: entry %d is a write batch of the retired apply-time form; it was not applied", s.rangeID, index))
 	case c.Split != nil:
 		return s.applySplit(b, desc, c.Split)
 	case c.MetaUpdate != nil:
@@ -132,7 +138,7 @@ func (s *rangeSM) Apply(eng *storage.Engine, index uint64, data []byte) (*storag
 		if err := mvcc.PutPlain(b, key, v); err != nil {
 			panic(err)
 		}
-		return b, &rpcpb.BatchResponse{}, nil
+		return &rpcpb.BatchResponse{}, nil
 	case c.Gc != nil:
 		return s.applyGC(b, desc, c.Gc)
 	case c.AllocRangeId != nil:
@@ -150,7 +156,7 @@ func (s *rangeSM) Apply(eng *storage.Engine, index uint64, data []byte) (*storag
 		if err := mvcc.PutPlain(b, keys.RangeIDKey, binary.BigEndian.AppendUint64(nil, last+1)); err != nil {
 			panic(err)
 		}
-		return b, rangeIDResult(last + 1), nil
+		return rangeIDResult(last + 1), nil
 	case c.CasBound != nil:
 		if !containsKey(desc, keys.OracleBoundKey) {
 			return fail(pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "oracle bound outside r%d", s.rangeID))
@@ -164,13 +170,12 @@ func (s *rangeSM) Apply(eng *storage.Engine, index uint64, data []byte) (*storag
 			current = binary.BigEndian.Uint64(cur)
 		}
 		if current != c.CasBound.Expected {
-			b.Close()
-			return nil, casResult{current: current, ok: false}, nil
+			return casResult{current: current, ok: false}, nil
 		}
 		if err := mvcc.PutPlain(b, keys.OracleBoundKey, binary.BigEndian.AppendUint64(nil, c.CasBound.NewBound)); err != nil {
 			panic(err)
 		}
-		return b, casResult{current: c.CasBound.NewBound, ok: true}, nil
+		return casResult{current: c.CasBound.NewBound, ok: true}, nil
 	}
 	return fail(pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "empty Raft command"))
 }
@@ -186,10 +191,9 @@ type splitResult struct {
 	left, right *rpcpb.RangeDescriptor
 }
 
-func (s *rangeSM) applySplit(b *storage.Batch, desc *rpcpb.RangeDescriptor, sc *rpcpb.SplitCommand) (*storage.Batch, any, func()) {
-	fail := func(e *rpcpb.Error) (*storage.Batch, any, func()) {
-		b.Close()
-		return nil, &rpcpb.BatchResponse{Error: e}, nil
+func (s *rangeSM) applySplit(b *storage.Batch, desc *rpcpb.RangeDescriptor, sc *rpcpb.SplitCommand) (any, func()) {
+	fail := func(e *rpcpb.Error) (any, func()) {
+		return &rpcpb.BatchResponse{Error: e}, nil
 	}
 	if desc == nil || desc.Generation != sc.ExpectedGeneration {
 		return fail(pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "r%d changed before the split applied", s.rangeID))
@@ -228,7 +232,7 @@ func (s *rangeSM) applySplit(b *storage.Batch, desc *rpcpb.RangeDescriptor, sc *
 		s.setDesc(left)
 		s.n.startRange(right)
 	}
-	return b, splitResult{left: left, right: right}, after
+	return splitResult{left: left, right: right}, after
 }
 
 // Snapshot data: uvarint length + RangeState (descriptor, GC threshold),
@@ -341,10 +345,9 @@ type gcResult struct {
 	resume  []byte
 }
 
-func (s *rangeSM) applyGC(b *storage.Batch, desc *rpcpb.RangeDescriptor, gc *rpcpb.GCCommand) (*storage.Batch, any, func()) {
+func (s *rangeSM) applyGC(b *storage.Batch, desc *rpcpb.RangeDescriptor, gc *rpcpb.GCCommand) (any, func()) {
 	if desc == nil {
-		b.Close()
-		return nil, &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_RANGE_NOT_FOUND, "r%d is not initialized", s.rangeID)}, nil
+		return &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_RANGE_NOT_FOUND, "r%d is not initialized", s.rangeID)}, nil
 	}
 	threshold, err := loadGCThreshold(b, s.rangeID)
 	if err != nil {
@@ -360,11 +363,11 @@ func (s *rangeSM) applyGC(b *storage.Batch, desc *rpcpb.RangeDescriptor, gc *rpc
 		start = gc.StartKey
 	}
 	if bytes.Compare(start, desc.EndKey) >= 0 {
-		return b, gcResult{}, nil
+		return gcResult{}, nil
 	}
 	n, resume, err := mvcc.GCLimited(b, start, desc.EndKey, threshold, int(max(gc.VersionsMax, 1)))
 	if err != nil {
 		panic(fmt.Sprintf("r%d: version GC: %v", s.rangeID, err))
 	}
-	return b, gcResult{deleted: n, resume: resume}, nil
+	return gcResult{deleted: n, resume: resume}, nil
 }

@@ -3,6 +3,7 @@ package kvserver
 import (
 	"context"
 
+	"github.com/canopy-db/canopy/internal/eval"
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"google.golang.org/protobuf/proto"
@@ -40,7 +41,7 @@ func (n *Node) batch(ctx context.Context, req *rpcpb.BatchRequest) *rpcpb.BatchR
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
-	if req.Requests[0].IsWrite() {
+	if eval.IsWrite(req.Requests[0]) {
 		return n.write(ctx, rr, req)
 	}
 	return n.read(ctx, rr, req)
@@ -101,72 +102,88 @@ func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
 	return nil
 }
 
+// read evaluates a batch of reads on an engine snapshot current with the
+// range's log: ReadIndex confirms leadership and waits for the log to apply,
+// then read latches wait for the writes in flight on the same keys (held
+// only until the snapshot is open).
 func (n *Node) read(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
-	// Wait for in-flight non-transactional writes the reads overlap.
-	for _, ru := range req.Requests {
-		var err error
-		switch q := ru.Value.(type) {
-		case *rpcpb.RequestUnion_Get:
-			err = rr.latches.waitSpan(ctx, q.Get.Key, nil)
-		case *rpcpb.RequestUnion_Scan:
-			end := q.Scan.End
-			if len(end) == 0 {
-				end = keys.MaxKey
-			}
-			err = rr.latches.waitSpan(ctx, q.Scan.Start, end)
-		case *rpcpb.RequestUnion_Refresh:
-			for _, sp := range q.Refresh.Spans {
-				if err = rr.latches.waitSpan(ctx, sp.Start, sp.End); err != nil {
-					break
-				}
-			}
-		}
-		if err != nil {
-			return &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err)}
-		}
-	}
 	if err := rr.r.ReadIndex(ctx); err != nil {
 		return &rpcpb.BatchResponse{Error: n.proposeErr(rr, err)}
 	}
+	desc := rr.sm.Desc()
+	g, err := rr.latches.Acquire(ctx, eval.Declare(req, desc))
+	if err != nil {
+		return &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err)}
+	}
 	snap := n.eng.NewSnapshot()
+	rr.latches.Release(g)
 	defer snap.Close()
 	gcThreshold, err := loadGCThreshold(snap, rr.r.RangeID())
 	if err != nil {
 		return &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)}
 	}
-	return evalRead(snap, rr.sm.Desc(), gcThreshold, req)
+	return eval.EvalRead(eval.Context{Desc: rr.sm.Desc(), GCThreshold: gcThreshold}, snap, req)
 }
 
+// write evaluates a batch of writes at the leaseholder under write latches
+// and proposes its effect: the engine batch that evaluation produced. The
+// latches are held until the command has applied here (or is known never
+// to apply), even if the client stops waiting: a later request on the same
+// keys then evaluates on a state that includes it.
 func (n *Node) write(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
-	cmd := &rpcpb.RaftCommand{Batch: req}
-	var putKeys [][]byte
+	fail := func(e *rpcpb.Error) *rpcpb.BatchResponse { return &rpcpb.BatchResponse{Error: e} }
+	if err := rr.r.WaitLeaseholder(ctx); err != nil {
+		return fail(n.proposeErr(rr, err))
+	}
+	term := rr.r.Status().Term
+	g, err := rr.latches.Acquire(ctx, eval.Declare(req, rr.sm.Desc()))
+	if err != nil {
+		return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err))
+	}
+	release := func() { rr.latches.Release(g) }
+	proposed := false
+	defer func() {
+		if !proposed {
+			release()
+		}
+	}()
+	var writeTs uint64
 	for _, ru := range req.Requests {
-		if p, ok := ru.Value.(*rpcpb.RequestUnion_Put); ok {
-			putKeys = append(putKeys, p.Put.Key)
+		if ru.Method() == rpcpb.MethodPut {
+			// The timestamp is taken after latching: see latchSet.
+			ts, e := n.timestamp(ctx)
+			if e != nil {
+				return fail(e)
+			}
+			writeTs = ts
+			break
 		}
 	}
-	if len(putKeys) > 0 {
-		release, err := rr.latches.acquire(ctx, putKeys)
-		if err != nil {
-			return &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err)}
-		}
-		defer release()
-		// The timestamp is taken after latching: see latchSet.
-		ts, e := n.timestamp(ctx)
-		if e != nil {
-			return &rpcpb.BatchResponse{Error: e}
-		}
-		cmd.WriteTs = ts
+	desc := rr.sm.Desc()
+	b := n.eng.NewBatch()
+	defer b.Close()
+	resp, _ := eval.EvalWrite(eval.Context{Desc: desc, WriteTs: writeTs}, b, req)
+	if resp.Error != nil || b.Empty() {
+		// Nothing to replicate: an error, or writes that change nothing
+		// (resolving an intent that is gone).
+		return resp
 	}
-	res, e := n.propose(ctx, rr, cmd)
-	if e != nil {
-		return &rpcpb.BatchResponse{Error: e}
+	data, err := proto.Marshal(&rpcpb.RaftCommand{WriteBatch: b.Repr(), ProposerTerm: term, RangeGeneration: desc.GetGeneration()})
+	if err != nil {
+		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
 	}
-	resp, ok := res.(*rpcpb.BatchResponse)
-	if !ok {
-		return &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_INTERNAL, "unexpected result %T", res)}
+	proposed = true
+	res, err := rr.r.ProposeEvaluated(ctx, data, term, func(any, error) { release() })
+	if err != nil {
+		return fail(n.proposeErr(rr, err))
 	}
-	return resp
+	switch r := res.(type) {
+	case appliedResult:
+		return resp
+	case *rpcpb.BatchResponse:
+		return r
+	}
+	return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "unexpected result %T", res))
 }
 
 func (n *Node) propose(ctx context.Context, rr *rangeReplica, cmd *rpcpb.RaftCommand) (any, *rpcpb.Error) {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 
+	"github.com/canopy-db/canopy/internal/concurrency"
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // SplitHopsMax bounds how often a split request is forwarded towards the
@@ -58,9 +60,21 @@ func (n *Node) splitLocal(ctx context.Context, rr *rangeReplica, key []byte) *rp
 	if err != nil {
 		return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "allocating a range ID: %v", err))
 	}
-	res, e := n.propose(ctx, rr, &rpcpb.RaftCommand{Split: &rpcpb.SplitCommand{SplitKey: key, NewRangeId: newID, ExpectedGeneration: d.Generation}})
-	if e != nil {
-		return fail(e)
+	// A write latch over the whole range: writes in flight apply first
+	// (evaluated under the old descriptor, they would be refused after
+	// the split), and none evaluates until the split has applied.
+	g, err := rr.latches.Acquire(ctx, []concurrency.LatchSpan{{Span: concurrency.Span{Key: d.StartKey, EndKey: d.EndKey}, Access: concurrency.Write}})
+	if err != nil {
+		return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err))
+	}
+	data, err := proto.Marshal(&rpcpb.RaftCommand{Split: &rpcpb.SplitCommand{SplitKey: key, NewRangeId: newID, ExpectedGeneration: d.Generation}})
+	if err != nil {
+		rr.latches.Release(g)
+		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
+	}
+	res, err := rr.r.ProposeEvaluated(ctx, data, 0, func(any, error) { rr.latches.Release(g) })
+	if err != nil {
+		return fail(n.proposeErr(rr, err))
 	}
 	switch r := res.(type) {
 	case *rpcpb.BatchResponse:

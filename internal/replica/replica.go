@@ -31,16 +31,17 @@ var (
 
 // StateMachine is the range's deterministic state, kept in the engine.
 type StateMachine interface {
-	// Apply evaluates the command cmd of the entry at index and returns
-	// the batch holding its writes (nil if none), its result for the
-	// proposer, and a function to run once the batch is committed (side
-	// effects such as starting the right hand side of a split; may be
-	// nil). Each entry gets its own batch so that a command that fails
-	// leaves no partial writes: Apply discards its batch on failure.
-	// The replica adds the applied index to the batch and commits it.
-	// Apply panics on an engine error: a replica that cannot apply its
-	// log must stop rather than diverge (I5).
-	Apply(eng *storage.Engine, index uint64, cmd []byte) (b *storage.Batch, result any, after func())
+	// Apply applies the command cmd of the entry at (index, term), writing
+	// into b, an indexed batch that the committed entries of one Ready share
+	// (so that they reach the engine in one write). A command that fails
+	// must write nothing to b. It returns its result for the proposer, and
+	// a function to run once b is committed (side effects such as starting
+	// the right hand side of a split; nil if none): the replica then commits
+	// b before it applies the next entry, so that the next entry sees the
+	// side effect. The replica records the applied index in b and commits it.
+	// Apply panics on an engine error: a replica that cannot apply its log
+	// must stop rather than diverge (I5).
+	Apply(b *storage.Batch, index, term uint64, cmd []byte) (result any, after func())
 	// SnapshotData serialises the range's data as read from r.
 	SnapshotData(r storage.Reader) ([]byte, error)
 	// ApplySnapshot replaces the range's data with data, writing into b.
@@ -107,13 +108,41 @@ type Status struct {
 	// leader's and that were recently active: safe targets for a
 	// leadership transfer.
 	CaughtUp []uint64
+	// Leaseholder: this replica is the leader and has applied an entry of
+	// its own term (the empty entry Raft appends on election). Every entry
+	// of an earlier term is then applied here, and every later entry is
+	// this leader's own proposal: its state is current for every key that
+	// no proposal in flight touches, so it may evaluate requests.
+	// Invariant: Leaseholder implies IsLeader.
+	Leaseholder bool
 }
 
 type proposal struct {
-	id     uint64
-	data   []byte
-	done   chan proposalResult // buffered, receives once
-	handed bool                // given to RawNode.Propose; guarded by Replica.mu
+	id   uint64
+	data []byte
+	// term, if not 0, is the Raft term in which the command was evaluated:
+	// the proposal is dropped unless the replica still leads in that term.
+	term uint64
+	// finished, if not nil, is called once with the proposal's final
+	// outcome (applied, dropped, or ambiguous because the replica stopped),
+	// even after the proposer has stopped waiting. It runs on the replica's
+	// goroutine and must not block.
+	finished func(result any, err error)
+	done     chan proposalResult // buffered, receives once
+	handed   bool                // given to RawNode.Propose; guarded by Replica.mu
+	over     bool                // finish was called; loop-owned
+}
+
+// finish delivers the proposal's outcome, once.
+func (p *proposal) finish(res proposalResult) {
+	if p.over {
+		return
+	}
+	p.over = true
+	p.done <- res
+	if p.finished != nil {
+		p.finished(res.result, res.err)
+	}
 }
 
 type proposalResult struct {
@@ -150,9 +179,10 @@ type Replica struct {
 	donec  chan struct{}
 
 	// Loop-owned state: touched only by the replica's goroutine.
-	rn         *raft.RawNode
-	confState  raftpb.ConfState
-	applied    uint64
+	rn          *raft.RawNode
+	confState   raftpb.ConfState
+	applied     uint64
+	appliedTerm uint64 // the term of the entry at applied
 	truncIndex uint64
 	lastIndex  uint64
 	proposals  map[uint64]*proposal // by proposal id, handed to Raft
@@ -161,6 +191,9 @@ type Replica struct {
 	applyWait  []*readWaiter // have a read index, wait for applied >= index
 
 	status atomic.Pointer[Status]
+	// statusCh is closed and replaced whenever leadership or the
+	// Leaseholder flag changes (see WaitLeaseholder).
+	statusCh atomic.Pointer[chan struct{}]
 }
 
 // New loads a replica's Raft state from the engine and returns it, not yet
@@ -197,6 +230,7 @@ func New(cfg Config) (*Replica, error) {
 	r.rs = &raftStorage{MemoryStorage: ms, r: r}
 	r.confState = ps.conf
 	r.applied = ps.applied
+	r.appliedTerm = ps.appliedTerm
 	r.truncIndex = ps.truncIndex
 	r.lastIndex, _ = ms.LastIndex()
 	rn, err := raft.NewRawNode(&raft.Config{
@@ -219,6 +253,8 @@ func New(cfg Config) (*Replica, error) {
 		return nil, fmt.Errorf("replica r%d: %w", cfg.RangeID, err)
 	}
 	r.rn = rn
+	ch := make(chan struct{})
+	r.statusCh.Store(&ch)
 	r.publishStatus()
 	return r, nil
 }
@@ -300,26 +336,44 @@ func (r *Replica) enqueue(f func()) {
 // Propose replicates cmd and returns the result of applying it. See the
 // package comment for the three outcomes.
 func (r *Replica) Propose(ctx context.Context, cmd []byte) (any, error) {
-	if st := r.Status(); !st.IsLeader {
+	return r.ProposeEvaluated(ctx, cmd, 0, nil)
+}
+
+// ProposeEvaluated is Propose for a command evaluated by this replica as
+// leaseholder in Raft term term (0: no condition): the command is dropped
+// (ErrNotLeader) unless the replica still leads in that term when it hands
+// the command to Raft. finished, if not nil, is called once with the final
+// outcome, also when ctx ends first (the caller then got ErrAmbiguous but
+// the command may still apply): the caller keeps its latches until then.
+func (r *Replica) ProposeEvaluated(ctx context.Context, cmd []byte, term uint64, finished func(result any, err error)) (any, error) {
+	if st := r.Status(); !st.IsLeader || (term != 0 && st.Term != term) {
+		if finished != nil {
+			finished(nil, ErrNotLeader)
+		}
 		return nil, ErrNotLeader
 	}
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
 	p := &proposal{
-		id:   binary.BigEndian.Uint64(idb[:]) | 1, // 0 marks "no id"
-		done: make(chan proposalResult, 1),
+		id:       binary.BigEndian.Uint64(idb[:]) | 1, // 0 marks "no id"
+		term:     term,
+		finished: finished,
+		done:     make(chan proposalResult, 1),
 	}
-	p.data = append(idb[:0:0], idb[:]...)
+	p.data = make([]byte, 8, 8+len(cmd))
 	binary.BigEndian.PutUint64(p.data, p.id)
 	p.data = append(p.data, cmd...)
 	r.mu.Lock()
 	if r.mu.stopped {
 		r.mu.Unlock()
+		p.finish(proposalResult{err: ErrStopped})
 		return nil, ErrStopped
 	}
 	if len(r.mu.props) >= r.cfg.ProposalsMax {
 		r.mu.Unlock()
-		return nil, fmt.Errorf("%w: %d proposals queued (ProposalsMax)", ErrProposalDropped, r.cfg.ProposalsMax)
+		err := fmt.Errorf("%w: %d proposals queued (ProposalsMax)", ErrProposalDropped, r.cfg.ProposalsMax)
+		p.finish(proposalResult{err: err})
+		return nil, err
 	}
 	r.mu.props = append(r.mu.props, p)
 	r.mu.Unlock()
@@ -337,14 +391,38 @@ func (r *Replica) Propose(ctx context.Context, cmd []byte) (any, error) {
 			for i, q := range r.mu.props {
 				if q == p {
 					r.mu.props = append(r.mu.props[:i], r.mu.props[i+1:]...)
-					break
+					err := fmt.Errorf("%w: %v", ErrProposalDropped, ctx.Err())
+					p.finish(proposalResult{err: err})
+					return nil, err
 				}
 			}
-			return nil, fmt.Errorf("%w: %v", ErrProposalDropped, ctx.Err())
 		}
 		return nil, fmt.Errorf("%w: %v", ErrAmbiguous, ctx.Err())
 	case <-r.stopc:
 		return nil, ErrAmbiguous
+	}
+}
+
+// WaitLeaseholder waits until the replica is the leaseholder (see
+// Status.Leaseholder). It returns ErrNotLeader as soon as the replica is not
+// the leader: a new leader becomes leaseholder within one Raft round.
+func (r *Replica) WaitLeaseholder(ctx context.Context) error {
+	for {
+		ch := *r.statusCh.Load()
+		st := r.Status()
+		if st.Leaseholder {
+			return nil
+		}
+		if !st.IsLeader {
+			return ErrNotLeader
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.stopc:
+			return ErrStopped
+		}
 	}
 }
 
@@ -377,16 +455,23 @@ func (r *Replica) publishStatus() {
 			}
 		})
 	}
-	r.status.Store(&Status{
-		CaughtUp:  caughtUp,
-		RangeID:   r.cfg.RangeID,
-		Leader:    bs.Lead,
-		IsLeader:  bs.RaftState == raft.StateLeader,
-		Term:      bs.Term,
-		Commit:    bs.Commit,
-		Applied:   r.applied,
-		Truncated: r.truncIndex,
-	})
+	isLeader := bs.RaftState == raft.StateLeader
+	st := &Status{
+		CaughtUp:    caughtUp,
+		RangeID:     r.cfg.RangeID,
+		Leader:      bs.Lead,
+		IsLeader:    isLeader,
+		Term:        bs.Term,
+		Commit:      bs.Commit,
+		Applied:     r.applied,
+		Truncated:   r.truncIndex,
+		Leaseholder: isLeader && r.appliedTerm == bs.Term,
+	}
+	old := r.status.Swap(st)
+	if old == nil || old.IsLeader != st.IsLeader || old.Leaseholder != st.Leaseholder || old.Term != st.Term {
+		ch := make(chan struct{})
+		close(*r.statusCh.Swap(&ch))
+	}
 }
 
 func (r *Replica) loop() {
@@ -440,13 +525,14 @@ func (r *Replica) drainInbox() {
 		r.rn.TransferLeader(transfer)
 	}
 	isLeader := r.rn.BasicStatus().RaftState == raft.StateLeader
+	term := r.rn.BasicStatus().Term
 	for _, p := range props {
-		if !isLeader {
-			p.done <- proposalResult{err: ErrNotLeader}
+		if !isLeader || (p.term != 0 && p.term != term) {
+			p.finish(proposalResult{err: ErrNotLeader})
 			continue
 		}
 		if err := r.rn.Propose(p.data); err != nil {
-			p.done <- proposalResult{err: fmt.Errorf("%w: %v", ErrProposalDropped, err)}
+			p.finish(proposalResult{err: fmt.Errorf("%w: %v", ErrProposalDropped, err)})
 			continue
 		}
 		r.proposals[p.id] = p
@@ -511,6 +597,7 @@ func (r *Replica) handleReady(rd raft.Ready) {
 			panic(err)
 		}
 		r.applied = rd.Snapshot.Metadata.Index
+		r.appliedTerm = rd.Snapshot.Metadata.Term
 		r.truncIndex = rd.Snapshot.Metadata.Index
 		r.confState = rd.Snapshot.Metadata.ConfState
 		r.lastIndex = rd.Snapshot.Metadata.Index
@@ -523,7 +610,7 @@ func (r *Replica) handleReady(rd raft.Ready) {
 		for _, e := range rd.Entries {
 			id := entryID(e)
 			if old := r.byIndex[e.Index]; old != nil && old.id != id {
-				old.done <- proposalResult{err: ErrProposalDropped}
+				old.finish(proposalResult{err: ErrProposalDropped})
 				delete(r.byIndex, e.Index)
 				delete(r.proposals, old.id)
 			}
@@ -540,12 +627,12 @@ func (r *Replica) handleReady(rd raft.Ready) {
 		r.cfg.Transport.Send(r.cfg.RangeID, rd.Messages)
 	}
 	// 3. Apply.
-	after = append(after, r.applyEntries(rd.CommittedEntries)...)
 	for _, f := range after {
 		if f != nil {
 			f()
 		}
 	}
+	r.applyEntries(rd.CommittedEntries)
 	// 4. Reads.
 	for _, rs := range rd.ReadStates {
 		ws := r.readCtx[string(rs.RequestCtx)]
@@ -568,47 +655,68 @@ func entryID(e raftpb.Entry) uint64 {
 	return binary.BigEndian.Uint64(e.Data[:8])
 }
 
-func (r *Replica) applyEntries(ents []raftpb.Entry) []func() {
-	var after []func()
+// applyEntries applies committed entries in one engine batch. The batch
+// is committed early, before the next entry, after an entry whose command
+// has a side effect (a split), so that the next entry sees it. Proposers
+// get their results once the batch holding their entry is committed.
+func (r *Replica) applyEntries(ents []raftpb.Entry) {
+	var b *storage.Batch
+	type delivery struct {
+		p   *proposal
+		res proposalResult
+	}
+	var deliveries []delivery
+	flush := func(last raftpb.Entry) {
+		// The applied index moves with the entries' writes. No sync: the
+		// entries are durable in the log, so a lost batch is re-applied at
+		// restart.
+		_ = b.Set(storage.RangeLocalKey(r.cfg.RangeID, storage.SuffixApplied), encodeIndexTerm(last.Index, last.Term))
+		if err := b.Commit(false); err != nil {
+			panic(fmt.Sprintf("replica r%d: applying entries up to %d: %v", r.cfg.RangeID, last.Index, err))
+		}
+		b.Close()
+		b = nil
+		r.applied, r.appliedTerm = last.Index, last.Term
+		for _, d := range deliveries {
+			d.p.finish(d.res)
+		}
+		deliveries = deliveries[:0]
+	}
+	var last raftpb.Entry
 	for _, e := range ents {
 		if e.Index <= r.applied {
 			continue
 		}
-		var b *storage.Batch
+		if b == nil {
+			b = r.cfg.Engine.NewBatch()
+		}
 		var res proposalResult
+		var a func()
 		switch e.Type {
 		case raftpb.EntryNormal:
 			if len(e.Data) >= 8 {
-				var a func()
-				b, res.result, a = r.cfg.SM.Apply(r.cfg.Engine, e.Index, e.Data[8:])
-				after = append(after, a)
+				res.result, a = r.cfg.SM.Apply(b, e.Index, e.Term, e.Data[8:])
 			}
 		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
-			b = r.cfg.Engine.NewWriteBatch()
 			r.applyConfChange(b, e)
 		}
-		if b == nil {
-			b = r.cfg.Engine.NewWriteBatch()
-		}
-		// The applied index moves with the entry's writes. No sync: the
-		// entry is durable in the log, so a lost batch is re-applied at
-		// restart.
-		_ = b.Set(storage.RangeLocalKey(r.cfg.RangeID, storage.SuffixApplied), encodeIndexTerm(e.Index, e.Term))
-		if err := b.Commit(false); err != nil {
-			panic(fmt.Sprintf("replica r%d: applying entry %d: %v", r.cfg.RangeID, e.Index, err))
-		}
-		b.Close()
-		r.applied = e.Index
+		last = e
 		if p := r.byIndex[e.Index]; p != nil {
 			delete(r.byIndex, e.Index)
 			delete(r.proposals, p.id)
 			if p.id != entryID(e) {
 				res = proposalResult{err: ErrProposalDropped}
 			}
-			p.done <- res
+			deliveries = append(deliveries, delivery{p, res})
+		}
+		if a != nil {
+			flush(e)
+			a()
 		}
 	}
-	return after
+	if b != nil {
+		flush(last)
+	}
 }
 
 func (r *Replica) applyConfChange(b *storage.Batch, e raftpb.Entry) {
@@ -709,16 +817,13 @@ func (r *Replica) failAll(err error) {
 	r.mu.props, r.mu.reads = nil, nil
 	r.mu.Unlock()
 	for _, p := range props {
-		p.done <- proposalResult{err: err}
+		p.finish(proposalResult{err: err})
 	}
 	for _, w := range reads {
 		w.done <- err
 	}
 	for _, p := range r.proposals {
-		select {
-		case p.done <- proposalResult{err: ErrAmbiguous}:
-		default:
-		}
+		p.finish(proposalResult{err: ErrAmbiguous})
 	}
 	for _, ws := range r.readCtx {
 		for _, w := range ws {

@@ -17,13 +17,12 @@ import (
 // under storage.PrefixData.
 type kvSM struct{}
 
-func (kvSM) Apply(eng *storage.Engine, index uint64, cmd []byte) (*storage.Batch, any, func()) {
-	b := eng.NewWriteBatch()
+func (kvSM) Apply(b *storage.Batch, index, _ uint64, cmd []byte) (any, func()) {
 	i := bytes.IndexByte(cmd, '=')
 	if err := b.Set(storage.DataKey(cmd[:i]), cmd[i+1:]); err != nil {
 		panic(err)
 	}
-	return b, index, nil
+	return index, nil
 }
 
 func (kvSM) SnapshotData(r storage.Reader) ([]byte, error) {

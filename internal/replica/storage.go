@@ -40,12 +40,13 @@ func (s *raftStorage) Snapshot() (raftpb.Snapshot, error) {
 
 // persistedState is what a replica reads back at start.
 type persistedState struct {
-	hard       raftpb.HardState
-	conf       raftpb.ConfState
-	applied    uint64
-	truncIndex uint64
-	truncTerm  uint64
-	entries    []raftpb.Entry
+	hard        raftpb.HardState
+	conf        raftpb.ConfState
+	applied     uint64
+	truncIndex  uint64
+	truncTerm   uint64
+	appliedTerm uint64
+	entries     []raftpb.Entry
 }
 
 func encodeIndexTerm(index, term uint64) []byte {
@@ -125,7 +126,7 @@ func loadState(eng storage.Reader, rangeID uint64) (persistedState, error) {
 	if v, e := get(storage.SuffixApplied); e != nil {
 		return ps, e
 	} else if v != nil {
-		if ps.applied, _, err = decodeIndexTerm(v); err != nil {
+		if ps.applied, ps.appliedTerm, err = decodeIndexTerm(v); err != nil {
 			return ps, err
 		}
 	}

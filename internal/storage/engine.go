@@ -251,6 +251,55 @@ func (b *Batch) Commit(sync bool) error {
 	return b.e.commitSeparated(b, sync)
 }
 
+// Repr returns the batch's encoded operations, for ApplyRepr on another
+// engine (a leaseholder's evaluated writes, replicated through Raft). Values
+// are in their inline form: separation happens where the batch is committed.
+// The slice is valid until the batch changes or is closed.
+func (b *Batch) Repr() []byte { return b.b.Repr() }
+
+// ApplyRepr appends the operations encoded in repr (from Repr) to b. A repr
+// that does not decode, or holds an operation kind that Repr never produces,
+// is ErrCorruption and leaves b unchanged.
+func (b *Batch) ApplyRepr(repr []byte) error {
+	src := b.e.db.NewBatch()
+	defer src.Close()
+	if err := src.SetRepr(append([]byte(nil), repr...)); err != nil {
+		return fmt.Errorf("storage: batch representation: %v: %w", err, ErrCorruption)
+	}
+	dataWrites, rangeDel := false, false
+	r := src.Reader()
+	for {
+		kind, k, v, ok, err := r.Next()
+		if err != nil {
+			return fmt.Errorf("storage: batch representation: %v: %w", err, ErrCorruption)
+		}
+		if !ok {
+			break
+		}
+		switch kind {
+		case pebble.InternalKeyKindSet, pebble.InternalKeyKindDelete, pebble.InternalKeyKindDeleteSized:
+			if isDataKey(k) {
+				dataWrites = true
+				if kind == pebble.InternalKeyKindSet && (len(v) == 0 || v[0] != tagInline) {
+					return fmt.Errorf("storage: batch representation: data value of %q not inline: %w", k, ErrCorruption)
+				}
+			}
+		case pebble.InternalKeyKindRangeDelete:
+			if overlapsData(k, v) {
+				dataWrites, rangeDel = true, true
+			}
+		default:
+			return fmt.Errorf("storage: batch representation: operation kind %v: %w", kind, ErrCorruption)
+		}
+	}
+	if err := b.b.Apply(src, nil); err != nil {
+		return fmt.Errorf("storage: apply batch representation: %w", err)
+	}
+	b.dataWrites = b.dataWrites || dataWrites
+	b.rangeDel = b.rangeDel || rangeDel
+	return nil
+}
+
 // Close releases the batch. It is safe after Commit.
 func (b *Batch) Close() { _ = b.b.Close() }
 

@@ -3339,10 +3339,11 @@ func (x *ProposeResponse) GetValue() uint64 {
 // cas_bound and gc is set.
 type RaftCommand struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Write requests of one BatchRequest.
+	// Retired: write requests evaluated at apply time, as Canopy did before
+	// evaluating at the leaseholder. An entry of this form (in the log of a
+	// store written by that version) applies as an error and writes nothing.
 	Batch *BatchRequest `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
-	// write_ts is the timestamp of the batch's PutRequests, assigned by the
-	// leaseholder from the oracle after latching their keys.
+	// Retired with batch.
 	WriteTs      uint64               `protobuf:"varint,2,opt,name=write_ts,json=writeTs,proto3" json:"write_ts,omitempty"`
 	Split        *SplitCommand        `protobuf:"bytes,3,opt,name=split,proto3" json:"split,omitempty"`
 	MetaUpdate   *MetaUpdateCommand   `protobuf:"bytes,4,opt,name=meta_update,json=metaUpdate,proto3" json:"meta_update,omitempty"`
@@ -3355,9 +3356,13 @@ type RaftCommand struct {
 	// proposer_term is the Raft term in which the leaseholder evaluated the
 	// command. Apply refuses an evaluated command whose entry carries another
 	// term: its evaluation was not made by the leader that appended it.
-	ProposerTerm  uint64 `protobuf:"varint,9,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ProposerTerm uint64 `protobuf:"varint,9,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
+	// range_generation is the generation of the range descriptor under which
+	// write_batch was evaluated. Apply refuses the command if the range has
+	// changed since (a split applied in between: the keys may have moved).
+	RangeGeneration uint64 `protobuf:"varint,10,opt,name=range_generation,json=rangeGeneration,proto3" json:"range_generation,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RaftCommand) Reset() {
@@ -3449,6 +3454,13 @@ func (x *RaftCommand) GetWriteBatch() []byte {
 func (x *RaftCommand) GetProposerTerm() uint64 {
 	if x != nil {
 		return x.ProposerTerm
+	}
+	return 0
+}
+
+func (x *RaftCommand) GetRangeGeneration() uint64 {
+	if x != nil {
+		return x.RangeGeneration
 	}
 	return 0
 }
@@ -3973,7 +3985,7 @@ const file_canopy_proto_rawDesc = "" +
 	"\acommand\x18\x02 \x01(\v2\x13.canopy.RaftCommandR\acommand\"L\n" +
 	"\x0fProposeResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value\"\x9e\x03\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value\"\xc9\x03\n" +
 	"\vRaftCommand\x12*\n" +
 	"\x05batch\x18\x01 \x01(\v2\x14.canopy.BatchRequestR\x05batch\x12\x19\n" +
 	"\bwrite_ts\x18\x02 \x01(\x04R\awriteTs\x12*\n" +
@@ -3985,7 +3997,9 @@ const file_canopy_proto_rawDesc = "" +
 	"\x02gc\x18\a \x01(\v2\x11.canopy.GCCommandR\x02gc\x12\x1f\n" +
 	"\vwrite_batch\x18\b \x01(\fR\n" +
 	"writeBatch\x12#\n" +
-	"\rproposer_term\x18\t \x01(\x04R\fproposerTerm\"i\n" +
+	"\rproposer_term\x18\t \x01(\x04R\fproposerTerm\x12)\n" +
+	"\x10range_generation\x18\n" +
+	" \x01(\x04R\x0frangeGeneration\"i\n" +
 	"\tGCCommand\x12\x1c\n" +
 	"\tthreshold\x18\x01 \x01(\x04R\tthreshold\x12\x1b\n" +
 	"\tstart_key\x18\x02 \x01(\fR\bstartKey\x12!\n" +

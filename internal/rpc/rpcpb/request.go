@@ -1,5 +1,7 @@
 package rpcpb
 
+import "fmt"
+
 // Helpers on the generated request types, shared by client and server so
 // that the per-request type switches are written once.
 
@@ -51,4 +53,59 @@ func (r *RequestUnion) IsWrite() bool {
 		return true
 	}
 	return false
+}
+
+// Method names a request type. It indexes the server's command table
+// (internal/eval), so that dispatch is one table look-up rather than a type
+// switch in every place that handles requests.
+type Method uint8
+
+// The request types, one per field of RequestUnion.
+const (
+	MethodNone Method = iota
+	MethodGet
+	MethodScan
+	MethodPutIntent
+	MethodResolveIntent
+	MethodPut
+	MethodRefresh
+	MethodPlainGet
+	MethodPlainPutUnlessExists
+	MethodPlainPut
+	MethodsMax // one past the last method
+)
+
+var methodNames = [MethodsMax]string{"None", "Get", "Scan", "PutIntent", "ResolveIntent", "Put", "Refresh", "PlainGet", "PlainPutUnlessExists", "PlainPut"}
+
+func (m Method) String() string {
+	if m < MethodsMax {
+		return methodNames[m]
+	}
+	return "Method(?)"
+}
+
+// methoder is implemented by every field wrapper of RequestUnion's oneof.
+type methoder interface{ method() Method }
+
+func (*RequestUnion_Get) method() Method                  { return MethodGet }
+func (*RequestUnion_Scan) method() Method                 { return MethodScan }
+func (*RequestUnion_PutIntent) method() Method            { return MethodPutIntent }
+func (*RequestUnion_ResolveIntent) method() Method        { return MethodResolveIntent }
+func (*RequestUnion_Put) method() Method                  { return MethodPut }
+func (*RequestUnion_Refresh) method() Method              { return MethodRefresh }
+func (*RequestUnion_PlainGet) method() Method             { return MethodPlainGet }
+func (*RequestUnion_PlainPutUnlessExists) method() Method { return MethodPlainPutUnlessExists }
+func (*RequestUnion_PlainPut) method() Method             { return MethodPlainPut }
+
+// Method returns the request's type (MethodNone if unset).
+func (r *RequestUnion) Method() Method {
+	if m, ok := r.GetValue().(methoder); ok {
+		return m.method()
+	}
+	return MethodNone
+}
+
+// NewError returns a wire error with a formatted message.
+func NewError(code ErrorCode, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }

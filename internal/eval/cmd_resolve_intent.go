@@ -1,0 +1,32 @@
+package eval
+
+import (
+	"github.com/canopy-db/canopy/internal/concurrency"
+	"github.com/canopy-db/canopy/internal/mvcc"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/storage"
+)
+
+// ResolveIntent turns a transaction's intent into a committed version
+// (commit_ts != 0) or removes it (commit_ts == 0, aborted). Idempotent: an
+// intent that is gone, or belongs to another transaction, is left alone.
+func init() {
+	register(rpcpb.MethodResolveIntent, &Command{
+		Declare: func(ru *rpcpb.RequestUnion, _ *rpcpb.RangeDescriptor, add func(concurrency.LatchSpan)) {
+			add(pointSpan(ru.GetResolveIntent().GetKey(), concurrency.Write))
+		},
+		EvalWrite: evalResolveIntent,
+	})
+}
+
+func evalResolveIntent(c Context, rw storage.ReadWriter, ru *rpcpb.RequestUnion, fx *Effects) (*rpcpb.ResponseUnion, *rpcpb.Error) {
+	p := ru.GetResolveIntent()
+	if !ContainsKey(c.Desc, p.Key) {
+		return nil, Mismatch(c.Desc, p.Key)
+	}
+	if _, err := mvcc.ResolveIntent(rw, p.Key, p.TxnStart, p.CommitTs); err != nil {
+		return nil, Error(err)
+	}
+	fx.Unlocked = append(fx.Unlocked, Lock{Key: p.Key, Txn: p.TxnStart})
+	return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_ResolveIntent{ResolveIntent: &rpcpb.ResolveIntentResponse{}}}, nil
+}

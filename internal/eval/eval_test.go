@@ -1,0 +1,191 @@
+package eval
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/storage"
+	"github.com/cockroachdb/datadriven"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// TestCommandTable checks that every request type has exactly one command
+// and that the table agrees with rpcpb's read/write classification.
+func TestCommandTable(t *testing.T) {
+	for m := rpcpb.MethodNone + 1; m < rpcpb.MethodsMax; m++ {
+		c := commands[m]
+		if c == nil {
+			t.Fatalf("%s has no command", m)
+		}
+		if c.Declare == nil {
+			t.Errorf("%s declares no spans", m)
+		}
+	}
+	examples := []*rpcpb.RequestUnion{
+		{Value: &rpcpb.RequestUnion_Get{Get: &rpcpb.GetRequest{}}},
+		{Value: &rpcpb.RequestUnion_Scan{Scan: &rpcpb.ScanRequest{}}},
+		{Value: &rpcpb.RequestUnion_PutIntent{PutIntent: &rpcpb.PutIntentRequest{}}},
+		{Value: &rpcpb.RequestUnion_ResolveIntent{ResolveIntent: &rpcpb.ResolveIntentRequest{}}},
+		{Value: &rpcpb.RequestUnion_Put{Put: &rpcpb.PutRequest{}}},
+		{Value: &rpcpb.RequestUnion_Refresh{Refresh: &rpcpb.RefreshRequest{}}},
+		{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{}}},
+		{Value: &rpcpb.RequestUnion_PlainPutUnlessExists{PlainPutUnlessExists: &rpcpb.PlainPutUnlessExistsRequest{}}},
+		{Value: &rpcpb.RequestUnion_PlainPut{PlainPut: &rpcpb.PlainPutRequest{}}},
+	}
+	if len(examples) != int(rpcpb.MethodsMax)-1 {
+		t.Fatalf("%d examples for %d methods", len(examples), rpcpb.MethodsMax-1)
+	}
+	for _, ru := range examples {
+		if IsWrite(ru) != ru.IsWrite() {
+			t.Errorf("%s: eval says write=%v, rpcpb says %v", ru.Method(), IsWrite(ru), ru.IsWrite())
+		}
+	}
+}
+
+// TestEvalDataDriven steps the command table over an in-memory engine:
+// see testdata/eval.
+func TestEvalDataDriven(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		eng, err := storage.Open("db", storage.Options{FS: vfs.NewMem()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer eng.Close()
+		ctx := Context{Desc: &rpcpb.RangeDescriptor{RangeId: 1, StartKey: []byte("a"), EndKey: []byte("z")}}
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			switch d.Cmd {
+			case "range":
+				var start, end string
+				d.ScanArgs(t, "start", &start)
+				d.ScanArgs(t, "end", &end)
+				ctx.Desc = &rpcpb.RangeDescriptor{RangeId: 1, StartKey: []byte(start), EndKey: []byte(end)}
+				if d.HasArg("gc") {
+					d.ScanArgs(t, "gc", &ctx.GCThreshold)
+				}
+				return ""
+			case "write", "read":
+				req := &rpcpb.BatchRequest{RangeId: 1}
+				for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+					req.Requests = append(req.Requests, parseRequest(t, line))
+				}
+				var out strings.Builder
+				for _, s := range Declare(req, ctx.Desc) {
+					fmt.Fprintf(&out, "latch %s %s\n", s.Access, s.Span)
+				}
+				if d.Cmd == "read" {
+					snap := eng.NewSnapshot()
+					defer snap.Close()
+					printResponse(&out, EvalRead(ctx, snap, req))
+					return out.String()
+				}
+				c := ctx
+				if d.HasArg("ts") {
+					d.ScanArgs(t, "ts", &c.WriteTs)
+				}
+				b := eng.NewBatch()
+				defer b.Close()
+				resp, fx := EvalWrite(c, b, req)
+				printResponse(&out, resp)
+				for _, l := range fx.Locked {
+					fmt.Fprintf(&out, "locked %s by txn %d\n", l.Key, l.Txn)
+				}
+				for _, l := range fx.Unlocked {
+					fmt.Fprintf(&out, "unlocked %s of txn %d\n", l.Key, l.Txn)
+				}
+				if resp.Error == nil {
+					// Replay the batch's bytes on the engine, as a follower would.
+					a := eng.NewWriteBatch()
+					defer a.Close()
+					if err := a.ApplyRepr(b.Repr()); err != nil {
+						t.Fatal(err)
+					}
+					if err := a.Commit(false); err != nil {
+						t.Fatal(err)
+					}
+					fmt.Fprintf(&out, "applied %s\n", map[bool]string{true: "nothing", false: "the batch"}[b.Empty()])
+				}
+				return out.String()
+			}
+			t.Fatalf("unknown command %q", d.Cmd)
+			return ""
+		})
+	})
+}
+
+func parseRequest(t *testing.T, line string) *rpcpb.RequestUnion {
+	f := strings.Fields(line)
+	args := map[string]string{}
+	for _, kv := range f[1:] {
+		k, v, _ := strings.Cut(kv, "=")
+		args[k] = v
+	}
+	u := func(k string) uint64 {
+		if args[k] == "" {
+			return 0
+		}
+		n, err := strconv.ParseUint(args[k], 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		return n
+	}
+	b := func(k string) []byte {
+		if v, ok := args[k]; ok {
+			return []byte(v)
+		}
+		return nil
+	}
+	_, del := args["delete"]
+	switch f[0] {
+	case "get":
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_Get{Get: &rpcpb.GetRequest{Key: b("key"), Ts: u("ts"), TxnStart: u("txn")}}}
+	case "scan":
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_Scan{Scan: &rpcpb.ScanRequest{Start: b("start"), End: b("end"), Ts: u("ts"), TxnStart: u("txn"), Limit: uint32(u("limit"))}}}
+	case "refresh":
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_Refresh{Refresh: &rpcpb.RefreshRequest{Spans: []*rpcpb.Span{{Start: b("start"), End: b("end")}}, FromTs: u("from"), ToTs: u("to"), TxnStart: u("txn")}}}
+	case "plain-get":
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{Key: b("key")}}}
+	case "put-intent":
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PutIntent{PutIntent: &rpcpb.PutIntentRequest{Key: b("key"), Value: b("value"), Delete: del, Txn: &rpcpb.TxnMeta{StartTs: u("txn")}}}}
+	case "resolve":
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_ResolveIntent{ResolveIntent: &rpcpb.ResolveIntentRequest{Key: b("key"), TxnStart: u("txn"), CommitTs: u("commit")}}}
+	case "put":
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_Put{Put: &rpcpb.PutRequest{Key: b("key"), Value: b("value"), Delete: del}}}
+	case "plain-put":
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainPut{PlainPut: &rpcpb.PlainPutRequest{Key: b("key"), Value: b("value"), Delete: del}}}
+	case "plain-put-unless-exists":
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainPutUnlessExists{PlainPutUnlessExists: &rpcpb.PlainPutUnlessExistsRequest{Key: b("key"), Value: b("value")}}}
+	}
+	t.Fatalf("unknown request %q", line)
+	return nil
+}
+
+func printResponse(out *strings.Builder, resp *rpcpb.BatchResponse) {
+	if e := resp.Error; e != nil {
+		fmt.Fprintf(out, "error %s: %s\n", e.Code, e.Message)
+		return
+	}
+	for _, r := range resp.Responses {
+		switch v := r.Value.(type) {
+		case *rpcpb.ResponseUnion_Get:
+			fmt.Fprintf(out, "get: found=%v value=%q ts=%d\n", v.Get.Found, v.Get.Value, v.Get.Ts)
+		case *rpcpb.ResponseUnion_Scan:
+			fmt.Fprintf(out, "scan:")
+			for _, kv := range v.Scan.Kvs {
+				fmt.Fprintf(out, " %s=%s@%d", kv.Key, kv.Value, kv.Ts)
+			}
+			fmt.Fprintf(out, " resume=%q\n", v.Scan.ResumeKey)
+		case *rpcpb.ResponseUnion_PlainGet:
+			fmt.Fprintf(out, "plain-get: found=%v value=%q\n", v.PlainGet.Found, v.PlainGet.Value)
+		case *rpcpb.ResponseUnion_PlainPutUnlessExists:
+			fmt.Fprintf(out, "plain-put-unless-exists: succeeded=%v existing=%q\n", v.PlainPutUnlessExists.Succeeded, v.PlainPutUnlessExists.Existing)
+		case *rpcpb.ResponseUnion_Put:
+			fmt.Fprintf(out, "put: ts=%d\n", v.Put.Ts)
+		default:
+			fmt.Fprintf(out, "%s: ok\n", strings.TrimPrefix(fmt.Sprintf("%T", v), "*rpcpb.ResponseUnion_"))
+		}
+	}
+}
