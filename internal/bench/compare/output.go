@@ -119,8 +119,9 @@ p50, p99: latency of a completed operation as the client sees it (txn: the whole
 retries included). server CPU µs/op: user + system CPU time of the system's server processes
 over the measured time (/proc/<pid>/stat), divided by the completed operations. retries: attempts
 after the first, over the run. other CPU %: CPU time the rest of the machine (neither the bench
-client nor the measured servers) used during the run, in percent of one CPU. A ratio above 1 means more of it for ` + rep.A + `: better for
-ops/s, worse for latency and CPU. "–": not measured, or nothing to divide by.
+client nor the measured servers) used during the run, in percent of one CPU. A ratio above 1
+means more of it for ` + rep.A + `: better for ops/s, worse for latency and CPU. "–": not measured,
+or nothing to divide by.
 `)
 	_, err := io.WriteString(w, b.String())
 	return err
