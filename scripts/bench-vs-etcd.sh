@@ -292,7 +292,11 @@ for wl in "${WORKLOAD_LIST[@]}"; do
 			get) bench "$sys" kv --read-percent 100 "${common[@]}" ;;
 			# The total is checked once per system, after its last txn
 			# point (transfers keep it whatever happens in between).
-			txn) bench "$sys" txn --check=$([[ $c == "$LAST_CLIENTS" ]] && echo true || echo false) "${common[@]}" ;;
+			txn)
+				check=false
+				[[ $c == "$LAST_CLIENTS" ]] && check=true
+				bench "$sys" txn --check=$check "${common[@]}"
+				;;
 			*) die "unknown workload $wl (want put, get or txn)" ;;
 			esac >"$TMP/point.out" || rc=$?
 			cat "$TMP/point.out" >>"$OUT/run.txt"
