@@ -2,23 +2,18 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/tso"
 )
 
-// oracle hands out timestamps from the cluster's timestamp oracle, batching
-// concurrent requests: at most one Timestamps RPC is in flight; callers
-// that arrive meanwhile wait, and the next RPC asks for as many timestamps
-// as there are waiters (at most Options.TimestampBatchMax). Under load this
-// turns N begin/commit timestamp requests into about N/depth RPCs, the
-// batching the oracle's design relies on.
-//
-// Every timestamp a caller receives was allocated by an RPC sent after the
-// caller asked, so it is greater than any timestamp handed out before the
-// caller asked (the oracle's guarantee I4 carries over).
+// oracle hands out timestamps from the cluster's timestamp oracle,
+// batching concurrent requests (tso.Batcher): at most one Timestamps RPC is
+// in flight, and the next asks for as many timestamps as there are waiters
+// (at most Options.TimestampBatchMax).
 //
 // The RPC goes to the leaseholder of the range holding keys.OracleBoundKey
 // (range 1), through the sender, so NOT_LEASEHOLDER and the other routing
@@ -30,78 +25,29 @@ type oracle struct {
 	// behalf of several callers, so no single caller's context may cancel
 	// it; a caller whose context ends stops waiting and its timestamp is
 	// simply not used.
-	ctx context.Context
-
-	mu struct {
-		sync.Mutex
-		// waiting callers, in arrival order.
-		waiting []chan tsResult
-		// inFlight: a goroutine is running RPCs for waiting callers.
-		// Invariant: len(waiting) > 0 implies inFlight.
-		inFlight bool
-	}
+	ctx     context.Context
+	batcher *tso.Batcher
 	// rpcs counts the Timestamps RPCs sent (for tests and stats).
 	rpcs countingInt
 }
 
-type tsResult struct {
-	ts  uint64
-	err error
-}
-
 func newOracle(ctx context.Context, s *sender, opts *Options) *oracle {
-	return &oracle{s: s, opts: opts, ctx: ctx}
+	o := &oracle{s: s, opts: opts, ctx: ctx}
+	o.batcher = tso.NewBatcher(opts.TimestampBatchMax, o.fetch)
+	return o
 }
 
 // timestamp returns a fresh timestamp.
 func (o *oracle) timestamp(ctx context.Context) (uint64, error) {
-	ch := make(chan tsResult, 1)
-	o.mu.Lock()
-	o.mu.waiting = append(o.mu.waiting, ch)
-	if !o.mu.inFlight {
-		o.mu.inFlight = true
-		go o.run()
+	ts, err := o.batcher.Timestamp(ctx)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return 0, fmt.Errorf("%w: waiting for a timestamp: %w", ErrUnavailable, err)
 	}
-	o.mu.Unlock()
-	select {
-	case r := <-ch:
-		return r.ts, r.err
-	case <-ctx.Done():
-		return 0, fmt.Errorf("%w: waiting for a timestamp: %w", ErrUnavailable, ctx.Err())
-	}
+	return ts, err
 }
 
 // waitingCount is the number of callers waiting for the next RPC.
-func (o *oracle) waitingCount() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.mu.waiting)
-}
-
-// run serves waiting callers until none is left.
-func (o *oracle) run() {
-	for {
-		o.mu.Lock()
-		n := min(len(o.mu.waiting), o.opts.TimestampBatchMax)
-		if n == 0 {
-			o.mu.inFlight = false
-			o.mu.Unlock()
-			return
-		}
-		batch := o.mu.waiting[:n:n]
-		o.mu.waiting = append([]chan tsResult(nil), o.mu.waiting[n:]...)
-		o.mu.Unlock()
-
-		first, err := o.fetch(n)
-		for i, ch := range batch {
-			if err != nil {
-				ch <- tsResult{err: err}
-			} else {
-				ch <- tsResult{ts: first + uint64(i)}
-			}
-		}
-	}
-}
+func (o *oracle) waitingCount() int { return o.batcher.Waiting() }
 
 // fetch asks the oracle for n timestamps and returns the first.
 func (o *oracle) fetch(n int) (uint64, error) {

@@ -98,7 +98,12 @@ type Node struct {
 	srv       *grpc.Server
 	transport *transport
 	oracle    *tso.Oracle
+	// tsBatcher batches this node's requests to the oracle.
+	tsBatcher *tso.Batcher
 	log       *slog.Logger
+	// votesFrom: before this time the node grants no votes (see
+	// receiveRaft). Set at start for a store that was already in a cluster.
+	votesFrom time.Time
 
 	mu struct {
 		sync.RWMutex
@@ -156,6 +161,7 @@ func Start(cfg Config) (*Node, error) {
 	n.mu.conns = map[string]*grpc.ClientConn{}
 	n.transport = newTransport(n)
 	n.oracle = tso.New(tso.Options{}, &oraclePersister{n: n})
+	n.tsBatcher = tso.NewBatcher(NodeTimestampBatchMax, n.fetchTimestamps)
 
 	lis := cfg.Listener
 	if lis == nil {
@@ -173,6 +179,9 @@ func Start(cfg Config) (*Node, error) {
 		_ = eng.Close()
 		return nil, err
 	}
+	if n.NodeID() != 0 {
+		n.votesFrom = time.Now().Add(n.leaseDuration())
+	}
 	if err := n.loadRanges(); err != nil {
 		_ = lis.Close()
 		_ = eng.Close()
@@ -188,6 +197,13 @@ func Start(cfg Config) (*Node, error) {
 	go n.runEvery(n.cfg.BalanceInterval, n.balance)
 	go n.runEvery(n.cfg.GCInterval, n.collectLedRanges)
 	return n, nil
+}
+
+// leaseDuration is how long a leader's lease lasts (replica.Config).
+func (n *Node) leaseDuration() time.Duration {
+	c := replica.Config{ElectionTicks: n.cfg.ElectionTicks, TickInterval: n.cfg.TickInterval}
+	c.EnsureDefaults()
+	return c.LeaseDuration()
 }
 
 // Addr returns the address the node serves on.
@@ -396,6 +412,7 @@ func (n *Node) newReplica(rangeID uint64, desc *rpcpb.RangeDescriptor) (*rangeRe
 		SM:            sm,
 		Transport:     n.transport,
 		ElectionTicks: n.cfg.ElectionTicks,
+		TickInterval:  n.cfg.TickInterval,
 		Logger:        n.log,
 	})
 	if err != nil {
@@ -466,6 +483,13 @@ func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) {
 	}
 	var m raftpb.Message
 	if err := m.Unmarshal(rm.Message); err != nil {
+		return
+	}
+	if (m.Type == raftpb.MsgVote || m.Type == raftpb.MsgPreVote) && time.Now().Before(n.votesFrom) {
+		// This node may have acknowledged a leader's heartbeat just before
+		// it stopped, and forgot it: a vote now could elect a new leader
+		// while that leader's lease runs (see replica.leaderLease). The
+		// candidate retries after its election timeout.
 		return
 	}
 	rr := n.replica(rm.RangeId)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/mvcc"
@@ -17,6 +18,10 @@ const OracleRangeID = 1
 
 // OracleBatchMax is the most timestamps one Timestamps request may ask for.
 const OracleBatchMax = 65536
+
+// NodeTimestampBatchMax bounds the timestamps one node asks the oracle for
+// at once on behalf of its waiting writes.
+const NodeTimestampBatchMax = 1024
 
 // OracleHintsMax bounds how many leaseholder hints a node follows to reach
 // the oracle for a Put's timestamp.
@@ -94,10 +99,12 @@ func (n *Node) checkOracleLeadership() uint64 {
 }
 
 // allocateLocal hands out count timestamps if this node leads range 1.
-// After allocating, it confirms leadership with a quorum (ReadIndex) in the
-// same term as the window it allocated from: a deposed leader, whose window
-// may overlap a newer leader's, thus never returns timestamps after the
-// newer leader has started (I4).
+// After allocating, it confirms that it still leads range 1, in the same
+// term as the window it allocated from: by its lease if that is valid
+// (no memory access but a clock read), else by a quorum round (ReadIndex).
+// A deposed leader thus never returns timestamps after a newer leader has
+// started handing out higher ones (I4): a newer leader cannot be elected
+// while the old one's lease runs.
 func (n *Node) allocateLocal(ctx context.Context, count uint32) (uint64, *rpcpb.Error) {
 	rr := n.replica(OracleRangeID)
 	if rr == nil {
@@ -112,6 +119,9 @@ func (n *Node) allocateLocal(ctx context.Context, count uint32) (uint64, *rpcpb.
 	if err != nil {
 		return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle: %v", err)
 	}
+	if st := rr.r.Status(); st.LeaseValid(time.Now()) && st.Term == term {
+		return first, nil
+	}
 	if err := rr.r.ReadIndex(ctx); err != nil {
 		return 0, n.proposeErr(rr, err)
 	}
@@ -122,7 +132,33 @@ func (n *Node) allocateLocal(ctx context.Context, count uint32) (uint64, *rpcpb.
 }
 
 // timestamp returns one timestamp from the oracle, wherever it runs.
+// Concurrent callers on this node share one request (tso.Batcher), so a
+// node's many Puts cost one oracle round between them, not one each.
 func (n *Node) timestamp(ctx context.Context) (uint64, *rpcpb.Error) {
+	ts, err := n.tsBatcher.Timestamp(ctx)
+	if err != nil {
+		var pe *rpcpb.Error
+		if errors.As(err, &pe) {
+			return 0, pe
+		}
+		return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle: %v", err)
+	}
+	return ts, nil
+}
+
+// fetchTimestamps asks the oracle for count timestamps, following
+// leaseholder hints, on behalf of every caller waiting in n.tsBatcher: it
+// is bounded by the request timeout and the node's life, not by a caller.
+func (n *Node) fetchTimestamps(count int) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-n.stopc:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	target := uint64(0)
 	if rr := n.replica(OracleRangeID); rr != nil {
 		target = rr.r.Status().Leader
@@ -130,7 +166,7 @@ func (n *Node) timestamp(ctx context.Context) (uint64, *rpcpb.Error) {
 	var last *rpcpb.Error
 	for i := 0; i < OracleHintsMax; i++ {
 		if target == 0 || target == n.NodeID() {
-			ts, e := n.allocateLocal(ctx, 1)
+			ts, e := n.allocateLocal(ctx, uint32(count))
 			if e == nil {
 				return ts, nil
 			}
@@ -145,11 +181,14 @@ func (n *Node) timestamp(ctx context.Context) (uint64, *rpcpb.Error) {
 		if err != nil {
 			return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle: %v", err)
 		}
-		resp, err := cl.Timestamps(ctx, &rpcpb.TimestampRequest{Count: 1})
+		resp, err := cl.Timestamps(ctx, &rpcpb.TimestampRequest{Count: uint32(count)})
 		if err != nil {
 			return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle on n%d: %v", target, err)
 		}
 		if resp.Error == nil {
+			if resp.Count != uint32(count) || resp.First == 0 {
+				return 0, pbErr(rpcpb.ErrorCode_INTERNAL, "oracle on n%d returned %d timestamps from %d, asked for %d", target, resp.Count, resp.First, count)
+			}
 			return resp.First, nil
 		}
 		last = resp.Error
@@ -157,6 +196,9 @@ func (n *Node) timestamp(ctx context.Context) (uint64, *rpcpb.Error) {
 			return 0, resp.Error
 		}
 		target = resp.Error.LeaseholderHint
+	}
+	if last == nil {
+		return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle: no leaseholder found")
 	}
 	return 0, last
 }

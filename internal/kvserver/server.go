@@ -2,6 +2,7 @@ package kvserver
 
 import (
 	"context"
+	"time"
 
 	"github.com/canopy-db/canopy/internal/eval"
 	"github.com/canopy-db/canopy/internal/keys"
@@ -103,26 +104,44 @@ func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
 }
 
 // read evaluates a batch of reads on an engine snapshot current with the
-// range's log: ReadIndex confirms leadership and waits for the log to apply,
-// then read latches wait for the writes in flight on the same keys (held
-// only until the snapshot is open).
+// range's log. A leaseholder whose lease is valid (replica.leaderLease)
+// serves from its applied state at once; otherwise ReadIndex confirms
+// leadership with a quorum and waits for the log to apply. Then read
+// latches wait for the writes in flight on the same keys (held only until
+// the snapshot is open), and the batch evaluates on the snapshot.
 func (n *Node) read(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
-	if err := rr.r.ReadIndex(ctx); err != nil {
-		return &rpcpb.BatchResponse{Error: n.proposeErr(rr, err)}
+	fail := func(e *rpcpb.Error) *rpcpb.BatchResponse { return &rpcpb.BatchResponse{Error: e} }
+	st := rr.r.Status()
+	byLease := st.LeaseValid(time.Now())
+	for {
+		if !byLease {
+			if err := rr.r.ReadIndex(ctx); err != nil {
+				return fail(n.proposeErr(rr, err))
+			}
+		}
+		desc := rr.sm.Desc()
+		g, err := rr.latches.Acquire(ctx, eval.Declare(req, desc))
+		if err != nil {
+			return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err))
+		}
+		snap := n.eng.NewSnapshot()
+		rr.latches.Release(g)
+		if byLease {
+			// The lease must hold after the snapshot was taken: then no
+			// other leader existed when it was.
+			if now := rr.r.Status(); !now.LeaseValid(time.Now()) || now.Term != st.Term {
+				snap.Close()
+				byLease = false
+				continue
+			}
+		}
+		defer snap.Close()
+		gcThreshold, err := loadGCThreshold(snap, rr.r.RangeID())
+		if err != nil {
+			return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
+		}
+		return eval.EvalRead(eval.Context{Desc: rr.sm.Desc(), GCThreshold: gcThreshold}, snap, req)
 	}
-	desc := rr.sm.Desc()
-	g, err := rr.latches.Acquire(ctx, eval.Declare(req, desc))
-	if err != nil {
-		return &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err)}
-	}
-	snap := n.eng.NewSnapshot()
-	rr.latches.Release(g)
-	defer snap.Close()
-	gcThreshold, err := loadGCThreshold(snap, rr.r.RangeID())
-	if err != nil {
-		return &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)}
-	}
-	return eval.EvalRead(eval.Context{Desc: rr.sm.Desc(), GCThreshold: gcThreshold}, snap, req)
 }
 
 // write evaluates a batch of writes at the leaseholder under write latches

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/canopy-db/canopy/internal/storage"
 	"go.etcd.io/raft/v3"
@@ -74,9 +75,21 @@ type Config struct {
 	// ProposalsMax bounds proposals waiting in the queue (default 4096).
 	ProposalsMax int
 	Logger       *slog.Logger
+	// TickInterval is the wall time between two calls of Tick. With it the
+	// leader holds a lease (see leaderLease); 0 means no lease: every
+	// current read goes through ReadIndex.
+	TickInterval time.Duration
+	// ClockRateDriftMax bounds how much faster one node's monotonic clock
+	// may run than another's, as a fraction (default 0.1). The lease is
+	// shortened by it. A drift beyond it, or a pause of a leader between
+	// its lease check and its read, can serve a stale read.
+	ClockRateDriftMax float64
+	// Now is the clock (default time.Now); tests pass their own.
+	Now func() time.Time
 }
 
-func (c *Config) ensureDefaults() {
+// EnsureDefaults fills the zero fields with their defaults.
+func (c *Config) EnsureDefaults() {
 	if c.ElectionTicks == 0 {
 		c.ElectionTicks = 10
 	}
@@ -92,6 +105,22 @@ func (c *Config) ensureDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.ClockRateDriftMax == 0 {
+		c.ClockRateDriftMax = 0.1
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// LeaseDuration is how long after a quorum acknowledged its leadership the
+// leader may serve reads without another round: (ElectionTicks - 1) ticks,
+// shortened by the clock drift bound; 0 when leases are off.
+func (c *Config) LeaseDuration() time.Duration {
+	if c.TickInterval <= 0 || c.ElectionTicks < 2 {
+		return 0
+	}
+	return time.Duration(float64(time.Duration(c.ElectionTicks-1)*c.TickInterval) * (1 - c.ClockRateDriftMax))
 }
 
 // Status is a snapshot of the replica's Raft state.
@@ -115,6 +144,16 @@ type Status struct {
 	// no proposal in flight touches, so it may evaluate requests.
 	// Invariant: Leaseholder implies IsLeader.
 	Leaseholder bool
+	// LeaseExpiry: while Leaseholder and before this time (by Config.Now),
+	// no other replica can have been elected, so the replica's applied
+	// state is current without a ReadIndex round (see leaderLease).
+	LeaseExpiry time.Time
+}
+
+// LeaseValid reports whether the replica may serve a current read at now
+// without a ReadIndex round.
+func (s Status) LeaseValid(now time.Time) bool {
+	return s.Leaseholder && now.Before(s.LeaseExpiry)
 }
 
 type proposal struct {
@@ -150,6 +189,49 @@ type proposalResult struct {
 	err    error
 }
 
+// readRequest is one ReadIndex round: the reads it serves, and when and in
+// which term it was issued (its answer extends the lease from then).
+type readRequest struct {
+	waiters []*readWaiter
+	issued  time.Time
+	term    uint64
+}
+
+// leaderLease: a leader's lease, from ReadIndex rounds.
+//
+// A ReadIndex round that is answered proves that a quorum acknowledged
+// this leader's heartbeat after the round was issued. With CheckQuorum
+// (and PreVote), a follower that heard from the leader refuses to vote
+// for ElectionTicks of its ticks, that is for at least ElectionTicks-1
+// tick intervals; a new leader needs a vote from that quorum, and a
+// follower's own campaign also starts only after ElectionTicks ticks
+// without the leader. So no other leader exists before issued +
+// LeaseDuration (which takes off the clock drift bound). Exceptions, and
+// what covers them:
+//   - a leadership transfer (MsgTimeoutNow) makes the target campaign at
+//     once: the leader ends its lease when it starts one, and takes no
+//     new lease in that term;
+//   - a follower that restarts forgets whom it heard from and would vote
+//     at once: the node drops vote requests for a LeaseDuration after it
+//     starts (kvserver);
+//   - a new term: the lease belongs to a term and ends with it.
+//
+// The lease is renewed in the background, by a ReadIndex round once half
+// of it has passed, while the replica leads.
+//
+// Rejected: etcd raft's ReadOnlyLeaseBased, which trusts leadership until
+// the leader's own CheckQuorum step-down; that step-down can come up to
+// two election timeouts after a partition, later than a new leader.
+type leaderLease struct {
+	expiry time.Time
+	term   uint64
+	// blockedTerm: a transfer started in this term; no lease in it.
+	blockedTerm uint64
+	// renewIssued: when the last background renewal was issued (zero: none
+	// in flight).
+	renewIssued time.Time
+}
+
 type readWaiter struct {
 	done  chan error // buffered, receives once
 	index uint64
@@ -183,12 +265,13 @@ type Replica struct {
 	confState   raftpb.ConfState
 	applied     uint64
 	appliedTerm uint64 // the term of the entry at applied
-	truncIndex uint64
-	lastIndex  uint64
-	proposals  map[uint64]*proposal // by proposal id, handed to Raft
-	byIndex    map[uint64]*proposal // by log index, once appended
-	readCtx    map[string][]*readWaiter
-	applyWait  []*readWaiter // have a read index, wait for applied >= index
+	truncIndex  uint64
+	lastIndex   uint64
+	proposals   map[uint64]*proposal // by proposal id, handed to Raft
+	byIndex     map[uint64]*proposal // by log index, once appended
+	readCtx     map[string]*readRequest
+	lease       leaderLease
+	applyWait   []*readWaiter // have a read index, wait for applied >= index
 
 	status atomic.Pointer[Status]
 	// statusCh is closed and replaced whenever leadership or the
@@ -200,7 +283,7 @@ type Replica struct {
 // running. An uninitialized replica (no state for the range) has an empty
 // configuration and can only receive a snapshot.
 func New(cfg Config) (*Replica, error) {
-	cfg.ensureDefaults()
+	cfg.EnsureDefaults()
 	ps, err := loadState(cfg.Engine, cfg.RangeID)
 	if err != nil {
 		return nil, err
@@ -212,7 +295,7 @@ func New(cfg Config) (*Replica, error) {
 		donec:     make(chan struct{}),
 		proposals: map[uint64]*proposal{},
 		byIndex:   map[uint64]*proposal{},
-		readCtx:   map[string][]*readWaiter{},
+		readCtx:   map[string]*readRequest{},
 	}
 	ms := raft.NewMemoryStorage()
 	if ps.truncIndex > 0 {
@@ -467,6 +550,9 @@ func (r *Replica) publishStatus() {
 		Truncated:   r.truncIndex,
 		Leaseholder: isLeader && r.appliedTerm == bs.Term,
 	}
+	if st.Leaseholder && r.lease.term == bs.Term && r.lease.blockedTerm != bs.Term {
+		st.LeaseExpiry = r.lease.expiry
+	}
 	old := r.status.Swap(st)
 	if old == nil || old.IsLeader != st.IsLeader || old.Leaseholder != st.Leaseholder || old.Term != st.Term {
 		ch := make(chan struct{})
@@ -522,6 +608,7 @@ func (r *Replica) drainInbox() {
 		_ = r.rn.Campaign()
 	}
 	if transfer != 0 {
+		r.lease = leaderLease{blockedTerm: r.rn.BasicStatus().Term}
 		r.rn.TransferLeader(transfer)
 	}
 	isLeader := r.rn.BasicStatus().RaftState == raft.StateLeader
@@ -544,23 +631,49 @@ func (r *Replica) drainInbox() {
 			}
 		} else {
 			// One ReadIndex serves every read queued so far.
-			var ctx [8]byte
-			_, _ = rand.Read(ctx[:])
-			r.readCtx[string(ctx[:])] = reads
-			r.rn.ReadIndex(ctx[:])
+			r.readIndex(reads, term)
 		}
 	}
+	if isLeader && ticks > 0 {
+		r.maybeRenewLease(term)
+	}
+}
+
+func (r *Replica) readIndex(reads []*readWaiter, term uint64) {
+	var ctx [8]byte
+	_, _ = rand.Read(ctx[:])
+	r.readCtx[string(ctx[:])] = &readRequest{waiters: reads, issued: r.cfg.Now(), term: term}
+	r.rn.ReadIndex(ctx[:])
+}
+
+// maybeRenewLease issues a ReadIndex round for the lease once half of it
+// has passed (or a renewal has gone unanswered for a whole lease).
+func (r *Replica) maybeRenewLease(term uint64) {
+	d := r.cfg.LeaseDuration()
+	if d == 0 || r.lease.blockedTerm == term {
+		return
+	}
+	now := r.cfg.Now()
+	if r.lease.term == term && now.Before(r.lease.expiry.Add(-d/2)) {
+		return
+	}
+	if !r.lease.renewIssued.IsZero() && now.Sub(r.lease.renewIssued) < d {
+		return
+	}
+	r.lease.renewIssued = now
+	r.readIndex(nil, term)
 }
 
 func (r *Replica) handleReady(rd raft.Ready) {
 	if rd.SoftState != nil && rd.SoftState.RaftState != raft.StateLeader {
 		// Pending ReadIndex requests may never be answered now.
-		for k, ws := range r.readCtx {
-			for _, w := range ws {
+		for k, rq := range r.readCtx {
+			for _, w := range rq.waiters {
 				w.done <- ErrNotLeader
 			}
 			delete(r.readCtx, k)
 		}
+		r.lease = leaderLease{}
 	}
 	// 1. Persist.
 	b := r.cfg.Engine.NewWriteBatch()
@@ -635,9 +748,13 @@ func (r *Replica) handleReady(rd raft.Ready) {
 	r.applyEntries(rd.CommittedEntries)
 	// 4. Reads.
 	for _, rs := range rd.ReadStates {
-		ws := r.readCtx[string(rs.RequestCtx)]
+		rq := r.readCtx[string(rs.RequestCtx)]
+		if rq == nil {
+			continue
+		}
 		delete(r.readCtx, string(rs.RequestCtx))
-		for _, w := range ws {
+		r.extendLease(rq)
+		for _, w := range rq.waiters {
 			w.index = rs.Index
 			r.applyWait = append(r.applyWait, w)
 		}
@@ -646,6 +763,25 @@ func (r *Replica) handleReady(rd raft.Ready) {
 	// 5. Advance.
 	r.rn.Advance(rd)
 	r.maybeTruncate()
+}
+
+// extendLease records that a quorum acknowledged this leader after rq was
+// issued.
+func (r *Replica) extendLease(rq *readRequest) {
+	d := r.cfg.LeaseDuration()
+	term := r.rn.BasicStatus().Term
+	if d == 0 || rq.term != term || r.lease.blockedTerm == term || r.rn.BasicStatus().RaftState != raft.StateLeader {
+		return
+	}
+	if r.lease.term != term {
+		r.lease = leaderLease{term: term}
+	}
+	if exp := rq.issued.Add(d); exp.After(r.lease.expiry) {
+		r.lease.expiry = exp
+	}
+	if rq.waiters == nil {
+		r.lease.renewIssued = time.Time{}
+	}
 }
 
 func entryID(e raftpb.Entry) uint64 {
@@ -825,8 +961,8 @@ func (r *Replica) failAll(err error) {
 	for _, p := range r.proposals {
 		p.finish(proposalResult{err: ErrAmbiguous})
 	}
-	for _, ws := range r.readCtx {
-		for _, w := range ws {
+	for _, rq := range r.readCtx {
+		for _, w := range rq.waiters {
 			w.done <- err
 		}
 	}

@@ -88,14 +88,18 @@ func (n *memNet) set(id uint64, r *Replica) {
 }
 
 type group struct {
-	t        *testing.T
+	t *testing.T
+	// mod, if set, adjusts each replica's config.
+	mod      func(*Config)
 	net      *memNet
 	engines  map[uint64]*storage.Engine
 	stopTick chan struct{}
 }
 
-func newGroup(t *testing.T, keep uint64) *group {
-	g := &group{t: t, net: &memNet{replicas: map[uint64]*Replica{}}, engines: map[uint64]*storage.Engine{}, stopTick: make(chan struct{})}
+func newGroup(t *testing.T, keep uint64) *group { return newGroupWith(t, keep, nil) }
+
+func newGroupWith(t *testing.T, keep uint64, mod func(*Config)) *group {
+	g := &group{t: t, mod: mod, net: &memNet{replicas: map[uint64]*Replica{}}, engines: map[uint64]*storage.Engine{}, stopTick: make(chan struct{})}
 	for id := uint64(1); id <= 3; id++ {
 		eng, err := storage.Open(t.TempDir(), storage.Options{})
 		if err != nil {
@@ -139,7 +143,11 @@ func newGroup(t *testing.T, keep uint64) *group {
 }
 
 func (g *group) start(id, keep uint64) {
-	r, err := New(Config{RangeID: 1, NodeID: id, Engine: g.engines[id], SM: kvSM{}, Transport: g.net, LogEntriesKeep: keep})
+	cfg := Config{RangeID: 1, NodeID: id, Engine: g.engines[id], SM: kvSM{}, Transport: g.net, LogEntriesKeep: keep}
+	if g.mod != nil {
+		g.mod(&cfg)
+	}
+	r, err := New(cfg)
 	if err != nil {
 		g.t.Fatal(err)
 	}

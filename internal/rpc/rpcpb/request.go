@@ -109,3 +109,7 @@ func (r *RequestUnion) Method() Method {
 func NewError(code ErrorCode, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
+
+// Error makes a wire error a Go error, for code that passes it through an
+// error-typed path.
+func (e *Error) Error() string { return e.GetCode().String() + ": " + e.GetMessage() }
