@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 )
 
 func init() {
-	var store, listen, advertise, join, mode string
+	var store, listen, advertise, join, mode, cpuprofile string
 	var tick time.Duration
 	var threshold int
 	cmd := &cobra.Command{
@@ -41,6 +42,22 @@ func init() {
 			if err != nil {
 				return err
 			}
+			if cpuprofile != "" {
+				// Profiling starts once the node serves and stops when it is
+				// told to stop, so the profile covers the node's working life
+				// and not its start-up.
+				f, err := os.Create(cpuprofile)
+				if err != nil {
+					n.Stop()
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					n.Stop()
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			if n.NodeID() == 0 {
 				logger.Info("node started; waiting for `canopy init`", "addr", n.Addr(), "store", store)
 			} else {
@@ -61,6 +78,7 @@ func init() {
 	cmd.Flags().DurationVar(&tick, "raft-tick", 100*time.Millisecond, "Raft tick; elections take 10-20 ticks")
 	cmd.Flags().StringVar(&mode, "storage-mode", "inline", "value separation of this store: inline, rewrite, punch or pebble (see docs/BENCHMARKS.md)")
 	cmd.Flags().IntVar(&threshold, "value-threshold", storage.DefaultThresholdBytes, "values of at least this many bytes go to blob files (separating modes)")
+	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the node, from start until SIGINT/SIGTERM, to this file")
 	rootCmd.AddCommand(cmd)
 }
 
