@@ -52,6 +52,10 @@ const (
 	// reader aborted it after its heartbeat expired, or an ambiguous commit
 	// was resolved by writing "aborted".
 	ReasonAborted
+	// ReasonDeadlock: the transaction waited, at a leaseholder, in a cycle
+	// of transactions waiting for each other's intents, and was the one
+	// chosen to give way (the youngest).
+	ReasonDeadlock
 )
 
 func (r RetryReason) String() string {
@@ -64,6 +68,8 @@ func (r RetryReason) String() string {
 		return "intent of a live transaction"
 	case ReasonAborted:
 		return "aborted"
+	case ReasonDeadlock:
+		return "deadlock victim"
 	}
 	return fmt.Sprintf("RetryReason(%d)", int(r))
 }
@@ -138,6 +144,8 @@ func errorFromPB(pb *rpcpb.Error) error {
 		return &RetryableError{Reason: ReasonReadConflict, Msg: pb.GetMessage()}
 	case rpcpb.ErrorCode_INTENT_FOUND:
 		return &RetryableError{Reason: ReasonIntentPending, Msg: pb.GetMessage()}
+	case rpcpb.ErrorCode_DEADLOCK:
+		return &RetryableError{Reason: ReasonDeadlock, Msg: pb.GetMessage()}
 	default:
 		return fmt.Errorf("%w: %s: %s", ErrInternal, pb.GetCode(), pb.GetMessage())
 	}

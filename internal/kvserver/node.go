@@ -46,6 +46,10 @@ type Config struct {
 	// RequestTimeout bounds one request's wait for Raft (default 10s);
 	// a write still in flight then is reported AMBIGUOUS.
 	RequestTimeout time.Duration
+	// LockWaitMax bounds one wait of a request, at the leaseholder, for
+	// another transaction's intent to be resolved (default 500ms); the
+	// client then takes over (status lookup, push).
+	LockWaitMax time.Duration
 	// BalanceInterval is how often leaders check leaseholder placement and
 	// meta records (default 1s).
 	BalanceInterval time.Duration
@@ -75,6 +79,9 @@ func (c *Config) ensureDefaults() error {
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 10 * time.Second
 	}
+	if c.LockWaitMax == 0 {
+		c.LockWaitMax = DefaultLockWaitMax
+	}
 	if c.BalanceInterval == 0 {
 		c.BalanceInterval = time.Second
 	}
@@ -98,6 +105,8 @@ type Node struct {
 	srv       *grpc.Server
 	transport *transport
 	oracle    *tso.Oracle
+	// detector finds cycles of waits across the node's lock tables.
+	detector *concurrency.Detector
 	// tsBatcher batches this node's requests to the oracle.
 	tsBatcher *tso.Batcher
 	log       *slog.Logger
@@ -162,6 +171,7 @@ func Start(cfg Config) (*Node, error) {
 	n.transport = newTransport(n)
 	n.oracle = tso.New(tso.Options{}, &oraclePersister{n: n})
 	n.tsBatcher = tso.NewBatcher(NodeTimestampBatchMax, n.fetchTimestamps)
+	n.detector = concurrency.NewDetector()
 
 	lis := cfg.Listener
 	if lis == nil {
@@ -419,6 +429,7 @@ func (n *Node) newReplica(rangeID uint64, desc *rpcpb.RangeDescriptor) (*rangeRe
 		return nil, err
 	}
 	rr := &rangeReplica{r: r, sm: sm, latches: concurrency.NewLatchManager()}
+	rr.locks.table = concurrency.NewLockTable(concurrency.Config{Detector: n.detector})
 	n.mu.Lock()
 	if old := n.mu.replicas[rangeID]; old != nil {
 		n.mu.Unlock()

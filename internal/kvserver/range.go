@@ -23,6 +23,7 @@ type rangeReplica struct {
 	r       *replica.Replica
 	sm      *rangeSM
 	latches *concurrency.LatchManager
+	locks   rangeLocks
 }
 
 // rangeSM is the state machine of one range on this node. It implements

@@ -109,7 +109,7 @@ func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
 // leadership with a quorum and waits for the log to apply. Then read
 // latches wait for the writes in flight on the same keys (held only until
 // the snapshot is open), and the batch evaluates on the snapshot.
-func (n *Node) read(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+func (n *Node) readOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
 	fail := func(e *rpcpb.Error) *rpcpb.BatchResponse { return &rpcpb.BatchResponse{Error: e} }
 	st := rr.r.Status()
 	byLease := st.LeaseValid(time.Now())
@@ -149,12 +149,13 @@ func (n *Node) read(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchReque
 // latches are held until the command has applied here (or is known never
 // to apply), even if the client stops waiting: a later request on the same
 // keys then evaluates on a state that includes it.
-func (n *Node) write(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
 	fail := func(e *rpcpb.Error) *rpcpb.BatchResponse { return &rpcpb.BatchResponse{Error: e} }
 	if err := rr.r.WaitLeaseholder(ctx); err != nil {
 		return fail(n.proposeErr(rr, err))
 	}
 	term := rr.r.Status().Term
+	locks := rr.lockTable(term)
 	g, err := rr.latches.Acquire(ctx, eval.Declare(req, rr.sm.Desc()))
 	if err != nil {
 		return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err))
@@ -181,10 +182,14 @@ func (n *Node) write(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequ
 	desc := rr.sm.Desc()
 	b := n.eng.NewBatch()
 	defer b.Close()
-	resp, _ := eval.EvalWrite(eval.Context{Desc: desc, WriteTs: writeTs}, b, req)
-	if resp.Error != nil || b.Empty() {
-		// Nothing to replicate: an error, or writes that change nothing
-		// (resolving an intent that is gone).
+	resp, fx := eval.EvalWrite(eval.Context{Desc: desc, WriteTs: writeTs}, b, req)
+	if resp.Error != nil {
+		return resp
+	}
+	if b.Empty() {
+		// Nothing to replicate: writes that change nothing (resolving an
+		// intent that is gone).
+		applyLockEffects(locks, fx)
 		return resp
 	}
 	data, err := proto.Marshal(&rpcpb.RaftCommand{WriteBatch: b.Repr(), ProposerTerm: term, RangeGeneration: desc.GetGeneration()})
@@ -192,7 +197,12 @@ func (n *Node) write(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequ
 		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
 	}
 	proposed = true
-	res, err := rr.r.ProposeEvaluated(ctx, data, term, func(any, error) { release() })
+	res, err := rr.r.ProposeEvaluated(ctx, data, term, func(res any, _ error) {
+		if _, ok := res.(appliedResult); ok {
+			applyLockEffects(locks, fx)
+		}
+		release()
+	})
 	if err != nil {
 		return fail(n.proposeErr(rr, err))
 	}

@@ -38,8 +38,10 @@ type Options struct {
 	// GCTTL and GCInterval of version GC (kvserver defaults if zero).
 	GCTTL      time.Duration
 	GCInterval time.Duration
-	Storage    storage.Options
-	Logger     *slog.Logger
+	// LockWaitMax of the nodes (kvserver default if zero).
+	LockWaitMax time.Duration
+	Storage     storage.Options
+	Logger      *slog.Logger
 }
 
 // Cluster is a running in-process cluster.
@@ -142,6 +144,7 @@ func (c *Cluster) startNode(i int, lis net.Listener) error {
 		TickInterval: c.opts.TickInterval,
 		GCTTL:        c.opts.GCTTL,
 		GCInterval:   c.opts.GCInterval,
+		LockWaitMax:  c.opts.LockWaitMax,
 		Storage:      c.opts.Storage,
 		Logger:       c.opts.Logger,
 	})

@@ -63,6 +63,10 @@ const (
 	// would need may have been removed. Transactions retry with a new
 	// start_ts.
 	ErrorCode_TS_BELOW_GC_THRESHOLD ErrorCode = 12
+	// The request's transaction was chosen to break a cycle of transactions
+	// waiting for each other's locks at the leaseholder (the youngest of the
+	// cycle). Nothing was written; the transaction retries from the start.
+	ErrorCode_DEADLOCK ErrorCode = 13
 )
 
 // Enum value maps for ErrorCode.
@@ -81,6 +85,7 @@ var (
 		10: "NOT_BOOTSTRAPPED",
 		11: "INTERNAL",
 		12: "TS_BELOW_GC_THRESHOLD",
+		13: "DEADLOCK",
 	}
 	ErrorCode_value = map[string]int32{
 		"OK":                    0,
@@ -96,6 +101,7 @@ var (
 		"NOT_BOOTSTRAPPED":      10,
 		"INTERNAL":              11,
 		"TS_BELOW_GC_THRESHOLD": 12,
+		"DEADLOCK":              13,
 	}
 )
 
@@ -4018,7 +4024,7 @@ const file_canopy_proto_rawDesc = "" +
 	"\x13AllocRangeIDCommand\"J\n" +
 	"\x0fCASBoundCommand\x12\x1a\n" +
 	"\bexpected\x18\x01 \x01(\x04R\bexpected\x12\x1b\n" +
-	"\tnew_bound\x18\x02 \x01(\x04R\bnewBound*\x83\x02\n" +
+	"\tnew_bound\x18\x02 \x01(\x04R\bnewBound*\x91\x02\n" +
 	"\tErrorCode\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x13\n" +
 	"\x0fNOT_LEASEHOLDER\x10\x01\x12\x13\n" +
@@ -4033,7 +4039,8 @@ const file_canopy_proto_rawDesc = "" +
 	"\x10NOT_BOOTSTRAPPED\x10\n" +
 	"\x12\f\n" +
 	"\bINTERNAL\x10\v\x12\x19\n" +
-	"\x15TS_BELOW_GC_THRESHOLD\x10\f2\xca\x03\n" +
+	"\x15TS_BELOW_GC_THRESHOLD\x10\f\x12\f\n" +
+	"\bDEADLOCK\x10\r2\xca\x03\n" +
 	"\x02KV\x124\n" +
 	"\x05Batch\x12\x14.canopy.BatchRequest\x1a\x15.canopy.BatchResponse\x12F\n" +
 	"\vRangeLookup\x12\x1a.canopy.RangeLookupRequest\x1a\x1b.canopy.RangeLookupResponse\x12A\n" +
