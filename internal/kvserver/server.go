@@ -154,7 +154,13 @@ func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.Batch
 	if err := rr.r.WaitLeaseholder(ctx); err != nil {
 		return fail(n.proposeErr(rr, err))
 	}
-	term := rr.r.Status().Term
+	// The term of a status that says Leaseholder: the state is current for
+	// that term. (If the term has moved on since, the proposal is refused.)
+	st := rr.r.Status()
+	if !st.Leaseholder {
+		return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "range r%d: leadership changed while the request waited for it", rr.r.RangeID()))
+	}
+	term := st.Term
 	locks := rr.lockTable(term)
 	g, err := rr.latches.Acquire(ctx, eval.Declare(req, rr.sm.Desc()))
 	if err != nil {
