@@ -34,8 +34,13 @@ import (
 
 // Limits of waiting for intents.
 const (
-	// DefaultLockWaitMax is Config.LockWaitMax's default.
-	DefaultLockWaitMax = 500 * time.Millisecond
+	// DefaultLockWaitMax is Config.LockWaitMax's default. Short, because
+	// the intent of a transaction that has committed is resolved by its
+	// client asynchronously: a waiter then gains nothing by waiting long,
+	// while its client, told of the conflict, reads the status and resolves
+	// the intent itself at once. (With 500 ms, the p99 of 2-key
+	// transactions at 64 clients went from about 0.5 s to 1.4 s.)
+	DefaultLockWaitMax = 50 * time.Millisecond
 	// LockWaitsMax bounds the waits of one request before it returns the
 	// conflict to its client.
 	LockWaitsMax = 4

@@ -47,7 +47,7 @@ type Config struct {
 	// a write still in flight then is reported AMBIGUOUS.
 	RequestTimeout time.Duration
 	// LockWaitMax bounds one wait of a request, at the leaseholder, for
-	// another transaction's intent to be resolved (default 500ms); the
+	// another transaction's intent to be resolved (default 50ms); the
 	// client then takes over (status lookup, push).
 	LockWaitMax time.Duration
 	// BalanceInterval is how often leaders check leaseholder placement and
@@ -60,7 +60,10 @@ type Config struct {
 	// ranges (default 1 minute).
 	GCInterval time.Duration
 	Storage    storage.Options
-	Logger     *slog.Logger
+	// RaftScheduler configures the node's Raft scheduler (workers, group
+	// commit); its Engine is the node's.
+	RaftScheduler replica.SchedulerConfig
+	Logger        *slog.Logger
 }
 
 func (c *Config) ensureDefaults() error {
@@ -104,7 +107,9 @@ type Node struct {
 	lis       net.Listener
 	srv       *grpc.Server
 	transport *transport
-	oracle    *tso.Oracle
+	// sched processes the Ready work of every replica on the node.
+	sched  *replica.Scheduler
+	oracle *tso.Oracle
 	// detector finds cycles of waits across the node's lock tables.
 	detector *concurrency.Detector
 	// tsBatcher batches this node's requests to the oracle.
@@ -168,6 +173,12 @@ func Start(cfg Config) (*Node, error) {
 	n.mu.nodes = map[uint64]string{}
 	n.mu.replicas = map[uint64]*rangeReplica{}
 	n.mu.conns = map[string]*grpc.ClientConn{}
+	schedCfg := cfg.RaftScheduler
+	schedCfg.Engine = eng
+	if n.sched, err = replica.NewScheduler(schedCfg); err != nil {
+		_ = eng.Close()
+		return nil, err
+	}
 	n.transport = newTransport(n)
 	n.oracle = tso.New(tso.Options{}, &oraclePersister{n: n})
 	n.tsBatcher = tso.NewBatcher(NodeTimestampBatchMax, n.fetchTimestamps)
@@ -176,6 +187,7 @@ func Start(cfg Config) (*Node, error) {
 	lis := cfg.Listener
 	if lis == nil {
 		if lis, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
+			n.sched.Close()
 			_ = eng.Close()
 			return nil, fmt.Errorf("kvserver: listen on %s: %w", cfg.ListenAddr, err)
 		}
@@ -186,6 +198,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if err := n.loadIdent(); err != nil {
 		_ = lis.Close()
+		n.sched.Close()
 		_ = eng.Close()
 		return nil, err
 	}
@@ -194,6 +207,10 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if err := n.loadRanges(); err != nil {
 		_ = lis.Close()
+		for _, rr := range n.replicaList() {
+			rr.r.Stop()
+		}
+		n.sched.Close()
 		_ = eng.Close()
 		return nil, err
 	}
@@ -261,6 +278,11 @@ func (n *Node) Stop() {
 	n.handlersMu.Unlock()
 	n.handlers.Wait()
 	n.wg.Wait()
+	// After the handlers: one may have created a replica meanwhile.
+	for _, rr := range n.replicaList() {
+		rr.r.Stop()
+	}
+	n.sched.Close()
 	_ = n.eng.Close()
 }
 
@@ -421,6 +443,7 @@ func (n *Node) newReplica(rangeID uint64, desc *rpcpb.RangeDescriptor) (*rangeRe
 		Engine:        n.eng,
 		SM:            sm,
 		Transport:     n.transport,
+		Scheduler:     n.sched,
 		ElectionTicks: n.cfg.ElectionTicks,
 		TickInterval:  n.cfg.TickInterval,
 		Logger:        n.log,
@@ -454,7 +477,8 @@ func (n *Node) startRange(d *rpcpb.RangeDescriptor) {
 	delete(n.mu.replicas, d.RangeId)
 	n.mu.Unlock()
 	if old != nil {
-		// Stop from another goroutine: we may be on a replica's loop.
+		// We may be on a scheduler worker, applying the split: Stop waits
+		// only for the old replica's critical section, never for a round.
 		old.r.Stop()
 	}
 	rr, err := n.newReplica(d.RangeId, d)
