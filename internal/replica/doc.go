@@ -3,20 +3,61 @@
 // are current with the log, and snapshots.
 //
 // The Raft algorithm is go.etcd.io/raft/v3's RawNode; this package is its
-// caller and follows RawNode's contract in each Ready, in this order:
+// caller. A replica has no goroutine of its own: callers put work
+// (messages, proposals, reads, ticks) in its inbox and queue it with the
+// node's Scheduler, whose bounded pool of workers handles the Ready work of
+// all ranges. A worker takes several queued ranges and handles them in one
+// round (Scheduler.round), in this order:
 //
-//  1. Persist HardState and new entries (fsync when Ready.MustSync), or the
-//     incoming snapshot. Only then may messages be sent: a vote or an
-//     append acknowledgement promises that the state is on disk (I2).
-//  2. Send Ready.Messages through the Transport.
-//  3. Apply Ready.CommittedEntries through the StateMachine, in log order,
+//  1. For each range: drain the inbox into the RawNode and take its Ready.
+//     Send the messages that promise nothing about this node's disk: a
+//     leader's appends and heartbeats, a candidate's vote requests. Write
+//     HardState, new entries and an incoming snapshot into a batch that
+//     the round's ranges share.
+//  2. Commit that batch once, synced if any range's Ready.MustSync (or a
+//     snapshot) asks for it: one sync for many ranges (group commit).
+//  3. For each range: send the messages that promise durable state
+//     (append acknowledgements, votes: MsgAppResp, MsgVoteResp,
+//     MsgPreVoteResp).
+//  4. Apply Ready.CommittedEntries through the StateMachine, in log order,
 //     in one engine batch that also records the applied index, so that the
 //     range's data and its applied index move together (I5).
-//  4. Serve ReadStates: a read is answered once applied >= its read index.
-//  5. Advance.
+//  5. Serve ReadStates: a read is answered once applied >= its read index.
+//  6. Advance; a range with more work is queued again.
 //
-// Only the replica's goroutine touches the RawNode. Other goroutines hand
-// it work (messages, proposals, reads, ticks) through a queue.
+// Why this order is safe. I2 needs that no entry counts towards a commit,
+// and no vote is cast, before the state behind it is durable. etcd raft
+// (v3.6, classic mode: AsyncStorageWrites off) keeps exactly the messages
+// that carry such a promise apart (raft.go, send: msgsAfterAppend) and
+// counts the leader's own append, and a candidate's own vote, only when
+// they are stepped at Advance, after step 2. The other messages depend on
+// nothing durable here: a follower that receives an append before the
+// leader has synced it persists it itself before acknowledging, so an entry
+// is committed only once a quorum holds it on disk, whether or not the
+// leader is in that quorum (the Raft thesis, 10.2.1: the leader writes to
+// its disk in parallel with the followers). A message sent early about
+// state that a crash then loses (a term, a vote request) is one a restarted
+// node could have sent anyway. Every message of a Ready goes after the
+// entries of all earlier Readies are durable, as the RawNode contract asks,
+// because a range's Readies are handled one at a time. Apply comes after
+// step 2, so entries that arrive committed in the Ready that appends them
+// are durable before they apply.
+//
+// Rejected: etcd raft's AsyncStorageWrites. It would let a range take its
+// next Ready before the last one is durable, and apply on its own thread;
+// but it moves the contract into local messages (MsgStorageAppend and
+// MsgStorageApply with their responses) that we would have to route and
+// order ourselves, for a gain that group commit across ranges already
+// takes: while one round syncs, other workers handle other ranges.
+//
+// Only one goroutine touches a RawNode at a time: the scheduler hands a
+// range to one worker at a time and keeps it from others until step 6, and
+// the worker holds the replica's raftMu in steps 1 and 2 and again in 3 to
+// 6. It lets go in between because step 4 may stop another replica (a
+// split replaces the uninitialized replica of its right hand side), which
+// may be one of the same round; Stop takes that raftMu, marks the replica
+// stopped and fails its waiters, and a stopped replica is not touched
+// again.
 //
 // Commands are evaluated when applied, identically on every replica (state
 // machine replication): the StateMachine must be deterministic: no clock,

@@ -63,6 +63,10 @@ type Config struct {
 	Engine    *storage.Engine
 	SM        StateMachine
 	Transport Transport
+	// Scheduler processes the replica's Ready work. It must persist to
+	// Engine. nil: Start makes a scheduler of one worker for this replica
+	// alone, closed by Stop (tests and tools with a single range).
+	Scheduler *Scheduler
 	// ElectionTicks is the election timeout in ticks (default 10). Raft
 	// randomises it in [ElectionTicks, 2*ElectionTicks).
 	ElectionTicks int
@@ -164,12 +168,14 @@ type proposal struct {
 	term uint64
 	// finished, if not nil, is called once with the proposal's final
 	// outcome (applied, dropped, or ambiguous because the replica stopped),
-	// even after the proposer has stopped waiting. It runs on the replica's
-	// goroutine and must not block.
+	// even after the proposer has stopped waiting. It runs on a scheduler
+	// worker (or in Stop, or in the proposer) and must not block.
 	finished func(result any, err error)
 	done     chan proposalResult // buffered, receives once
 	handed   bool                // given to RawNode.Propose; guarded by Replica.mu
-	over     bool                // finish was called; loop-owned
+	// over: finish was called. Guarded by Replica.raftMu once the
+	// proposal is in the inbox; before that, by the proposer alone.
+	over bool
 }
 
 // finish delivers the proposal's outcome, once.
@@ -238,11 +244,16 @@ type readWaiter struct {
 }
 
 // Replica is one member of a range's Raft group on this node.
+//
+// It has no goroutine of its own: callers put work in its inbox (mu) and
+// queue it with its Scheduler, whose workers drain the inbox into the
+// RawNode and handle its Ready (ready.go). Lock order: raftMu, then mu,
+// then Scheduler.mu; mu and Scheduler.mu are never held while calling out.
 type Replica struct {
 	cfg Config
 	rs  *raftStorage
 
-	// mu guards the inbox; the loop drains it.
+	// mu guards the inbox; a worker drains it.
 	mu struct {
 		sync.Mutex
 		msgs      []raftpb.Message
@@ -256,11 +267,24 @@ type Replica struct {
 		started   bool
 		stopped   bool
 	}
-	notify chan struct{}
-	stopc  chan struct{}
-	donec  chan struct{}
+	stopc chan struct{}
 
-	// Loop-owned state: touched only by the replica's goroutine.
+	// scheduler processes the replica's work (set by New or, at the
+	// latest, by Start under mu before mu.started; fixed after); sched is
+	// the replica's place there (guarded by scheduler.mu). ownScheduler:
+	// made by Start for this replica alone, closed by Stop.
+	scheduler    *Scheduler
+	sched        schedState
+	ownScheduler bool
+	// workers counts the workers inside a round with this replica; more
+	// than one is a scheduler bug and panics (Scheduler.work).
+	workers atomic.Int32
+
+	// raftMu guards the RawNode and everything below it. A worker holds it
+	// while it handles the replica's Ready (see Scheduler.round), Stop
+	// while it marks the replica stopped and fails its waiters: after Stop
+	// returns, the replica touches neither its RawNode nor the engine.
+	raftMu      sync.Mutex
 	rn          *raft.RawNode
 	confState   raftpb.ConfState
 	applied     uint64
@@ -288,11 +312,13 @@ func New(cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Scheduler != nil && cfg.Scheduler.cfg.Engine != cfg.Engine {
+		return nil, fmt.Errorf("replica r%d: the scheduler persists to another engine", cfg.RangeID)
+	}
 	r := &Replica{
 		cfg:       cfg,
-		notify:    make(chan struct{}, 1),
 		stopc:     make(chan struct{}),
-		donec:     make(chan struct{}),
+		scheduler: cfg.Scheduler,
 		proposals: map[uint64]*proposal{},
 		byIndex:   map[uint64]*proposal{},
 		readCtx:   map[string]*readRequest{},
@@ -342,38 +368,61 @@ func New(cfg Config) (*Replica, error) {
 	return r, nil
 }
 
-// Start runs the replica's loop until Stop.
+// Start registers the replica with its scheduler, which processes its
+// work until Stop. With no Config.Scheduler, Start makes one of one worker.
 func (r *Replica) Start() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.mu.started || r.mu.stopped {
 		return
 	}
+	if r.scheduler == nil {
+		s, err := NewScheduler(SchedulerConfig{Engine: r.cfg.Engine, Workers: 1})
+		if err != nil {
+			panic(fmt.Sprintf("replica r%d: %v", r.cfg.RangeID, err))
+		}
+		r.scheduler, r.ownScheduler = s, true
+	}
 	r.mu.started = true
-	go r.loop()
+	// Under mu, so that a concurrent Stop unregisters after this.
+	r.scheduler.register(r)
 }
 
-// Stop ends the loop and fails waiting callers. It waits for the loop if
-// it was started; a replica never started just becomes unusable.
+// Stop unregisters the replica and fails waiting callers: queued proposals
+// and reads with ErrStopped, proposals handed to Raft with ErrAmbiguous.
+// It waits until no worker is inside the replica's critical section (at
+// most the end of one group commit) and not for a whole round: once Stop
+// returns the replica neither touches its RawNode nor writes the engine.
+// So Stop may be called from a StateMachine's Apply side effect for
+// another replica, including one of the same round. A replica never
+// started just becomes unusable.
 func (r *Replica) Stop() {
+	r.raftMu.Lock()
 	r.mu.Lock()
 	if r.mu.stopped {
-		started := r.mu.started
 		r.mu.Unlock()
-		if started {
-			<-r.donec
-		}
+		r.raftMu.Unlock()
 		return
 	}
 	r.mu.stopped = true
-	started := r.mu.started
+	s, own := r.scheduler, r.ownScheduler
 	r.mu.Unlock()
 	close(r.stopc)
-	if started {
-		<-r.donec
-	} else {
-		r.failAll(ErrStopped)
+	r.failAll(ErrStopped)
+	r.raftMu.Unlock()
+	if s != nil {
+		s.unregister(r)
+		if own {
+			// Not Close: Stop may run on that scheduler's worker.
+			s.closeAsync()
+		}
 	}
+}
+
+func (r *Replica) isStopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.stopped
 }
 
 // RangeID returns the range's ID.
@@ -409,10 +458,10 @@ func (r *Replica) ReportSnapshotFailure(to uint64) {
 func (r *Replica) enqueue(f func()) {
 	r.mu.Lock()
 	f()
+	started := r.mu.started
 	r.mu.Unlock()
-	select {
-	case r.notify <- struct{}{}:
-	default:
+	if started {
+		r.scheduler.enqueue(r)
 	}
 }
 
@@ -459,10 +508,10 @@ func (r *Replica) ProposeEvaluated(ctx context.Context, cmd []byte, term uint64,
 		return nil, err
 	}
 	r.mu.props = append(r.mu.props, p)
+	started := r.mu.started
 	r.mu.Unlock()
-	select {
-	case r.notify <- struct{}{}:
-	default:
+	if started {
+		r.scheduler.enqueue(r)
 	}
 	select {
 	case res := <-p.done:
@@ -560,23 +609,6 @@ func (r *Replica) publishStatus() {
 	}
 }
 
-func (r *Replica) loop() {
-	defer close(r.donec)
-	defer r.failAll(ErrStopped)
-	for {
-		select {
-		case <-r.stopc:
-			return
-		case <-r.notify:
-		}
-		r.drainInbox()
-		for r.rn.HasReady() {
-			r.handleReady(r.rn.Ready())
-		}
-		r.publishStatus()
-	}
-}
-
 func (r *Replica) drainInbox() {
 	r.mu.Lock()
 	msgs, props, reads := r.mu.msgs, r.mu.props, r.mu.reads
@@ -662,107 +694,6 @@ func (r *Replica) maybeRenewLease(term uint64) {
 	}
 	r.lease.renewIssued = now
 	r.readIndex(nil, term)
-}
-
-func (r *Replica) handleReady(rd raft.Ready) {
-	if rd.SoftState != nil && rd.SoftState.RaftState != raft.StateLeader {
-		// Pending ReadIndex requests may never be answered now.
-		for k, rq := range r.readCtx {
-			for _, w := range rq.waiters {
-				w.done <- ErrNotLeader
-			}
-			delete(r.readCtx, k)
-		}
-		r.lease = leaderLease{}
-	}
-	// 1. Persist.
-	b := r.cfg.Engine.NewWriteBatch()
-	var after []func()
-	if !raft.IsEmptySnap(rd.Snapshot) {
-		a, err := r.applySnapshot(b, rd.Snapshot)
-		if err != nil {
-			r.cfg.Logger.Error("rejecting snapshot", "range", r.cfg.RangeID, "err", err)
-			b.Close()
-			// The snapshot is not persisted; Raft's view now runs ahead of
-			// the disk, so stop this replica rather than diverge.
-			panic(fmt.Sprintf("replica r%d: applying snapshot: %v", r.cfg.RangeID, err))
-		}
-		after = append(after, a)
-	}
-	if err := appendEntries(b, r.cfg.RangeID, rd.Entries, r.lastIndex); err != nil {
-		panic(err)
-	}
-	if !raft.IsEmptyHardState(rd.HardState) {
-		hb, err := rd.HardState.Marshal()
-		if err != nil {
-			panic(err)
-		}
-		_ = b.Set(storage.RangeLocalKey(r.cfg.RangeID, storage.SuffixHardState), hb)
-	}
-	if !b.Empty() {
-		if err := b.Commit(rd.MustSync || !raft.IsEmptySnap(rd.Snapshot)); err != nil {
-			panic(fmt.Sprintf("replica r%d: persisting Raft state: %v", r.cfg.RangeID, err))
-		}
-	}
-	b.Close()
-	if !raft.IsEmptySnap(rd.Snapshot) {
-		if err := r.rs.ApplySnapshot(rd.Snapshot); err != nil {
-			panic(err)
-		}
-		r.applied = rd.Snapshot.Metadata.Index
-		r.appliedTerm = rd.Snapshot.Metadata.Term
-		r.truncIndex = rd.Snapshot.Metadata.Index
-		r.confState = rd.Snapshot.Metadata.ConfState
-		r.lastIndex = rd.Snapshot.Metadata.Index
-	}
-	if len(rd.Entries) > 0 {
-		if err := r.rs.Append(rd.Entries); err != nil {
-			panic(err)
-		}
-		r.lastIndex = rd.Entries[len(rd.Entries)-1].Index
-		for _, e := range rd.Entries {
-			id := entryID(e)
-			if old := r.byIndex[e.Index]; old != nil && old.id != id {
-				old.finish(proposalResult{err: ErrProposalDropped})
-				delete(r.byIndex, e.Index)
-				delete(r.proposals, old.id)
-			}
-			if p := r.proposals[id]; p != nil && id != 0 {
-				r.byIndex[e.Index] = p
-			}
-		}
-	}
-	if !raft.IsEmptyHardState(rd.HardState) {
-		_ = r.rs.SetHardState(rd.HardState)
-	}
-	// 2. Send.
-	if len(rd.Messages) > 0 {
-		r.cfg.Transport.Send(r.cfg.RangeID, rd.Messages)
-	}
-	// 3. Apply.
-	for _, f := range after {
-		if f != nil {
-			f()
-		}
-	}
-	r.applyEntries(rd.CommittedEntries)
-	// 4. Reads.
-	for _, rs := range rd.ReadStates {
-		rq := r.readCtx[string(rs.RequestCtx)]
-		if rq == nil {
-			continue
-		}
-		delete(r.readCtx, string(rs.RequestCtx))
-		r.extendLease(rq)
-		for _, w := range rq.waiters {
-			w.index = rs.Index
-			r.applyWait = append(r.applyWait, w)
-		}
-	}
-	r.serveReads()
-	// 5. Advance.
-	r.rn.Advance(rd)
-	r.maybeTruncate()
 }
 
 // extendLease records that a quorum acknowledged this leader after rq was

@@ -90,22 +90,28 @@ func (n *memNet) set(id uint64, r *Replica) {
 type group struct {
 	t *testing.T
 	// mod, if set, adjusts each replica's config.
-	mod      func(*Config)
-	net      *memNet
-	engines  map[uint64]*storage.Engine
+	mod     func(*Config)
+	net     *memNet
+	engines map[uint64]*storage.Engine
+	// scheds: one scheduler per node (engine), shared by its replicas.
+	scheds   map[uint64]*Scheduler
 	stopTick chan struct{}
 }
 
 func newGroup(t *testing.T, keep uint64) *group { return newGroupWith(t, keep, nil) }
 
 func newGroupWith(t *testing.T, keep uint64, mod func(*Config)) *group {
-	g := &group{t: t, mod: mod, net: &memNet{replicas: map[uint64]*Replica{}}, engines: map[uint64]*storage.Engine{}, stopTick: make(chan struct{})}
+	g := &group{t: t, mod: mod, net: &memNet{replicas: map[uint64]*Replica{}}, engines: map[uint64]*storage.Engine{},
+		scheds: map[uint64]*Scheduler{}, stopTick: make(chan struct{})}
 	for id := uint64(1); id <= 3; id++ {
 		eng, err := storage.Open(t.TempDir(), storage.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		g.engines[id] = eng
+		if g.scheds[id], err = NewScheduler(SchedulerConfig{Engine: eng}); err != nil {
+			t.Fatal(err)
+		}
 		b := eng.NewWriteBatch()
 		if err := WriteInitialState(b, 1, []uint64{1, 2, 3}, raftpb.HardState{}); err != nil {
 			t.Fatal(err)
@@ -136,6 +142,7 @@ func newGroupWith(t *testing.T, keep uint64, mod func(*Config)) *group {
 		close(g.stopTick)
 		for id := uint64(1); id <= 3; id++ {
 			g.stop(id)
+			g.scheds[id].Close()
 			_ = g.engines[id].Close()
 		}
 	})
@@ -143,7 +150,7 @@ func newGroupWith(t *testing.T, keep uint64, mod func(*Config)) *group {
 }
 
 func (g *group) start(id, keep uint64) {
-	cfg := Config{RangeID: 1, NodeID: id, Engine: g.engines[id], SM: kvSM{}, Transport: g.net, LogEntriesKeep: keep}
+	cfg := Config{RangeID: 1, NodeID: id, Engine: g.engines[id], SM: kvSM{}, Transport: g.net, LogEntriesKeep: keep, Scheduler: g.scheds[id]}
 	if g.mod != nil {
 		g.mod(&cfg)
 	}

@@ -31,9 +31,9 @@ type raftStorage struct {
 	r *Replica
 }
 
-// Snapshot implements raft.Storage. It is only called from the replica's
-// goroutine (inside RawNode calls), when the engine holds exactly the
-// applied state.
+// Snapshot implements raft.Storage. It is only called inside RawNode calls,
+// under the replica's raftMu, when the engine holds exactly the applied
+// state.
 func (s *raftStorage) Snapshot() (raftpb.Snapshot, error) {
 	return s.r.makeSnapshot()
 }

@@ -1,0 +1,182 @@
+package replica
+
+import (
+	"fmt"
+
+	"github.com/canopy-db/canopy/internal/storage"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// pendingReady is one range's Ready between the phases of a scheduler
+// round (see Scheduler.round).
+type pendingReady struct {
+	r  *Replica
+	rd raft.Ready
+	// late are the messages of rd that may only leave once rd's state is
+	// durable (see needsDurableState).
+	late []raftpb.Message
+	// after runs once the snapshot in rd is applied (nil if none).
+	after func()
+	// wrote: rd had Raft state to persist. sync: it must be synced.
+	wrote, sync bool
+	// slot is the range's index in the worker's batch.
+	slot int
+}
+
+// needsDurableState reports whether sending m promises that the state it
+// answers is on this node's disk. These are the types etcd raft itself
+// holds back until the unstable state is persisted (raft.go, send: its
+// msgsAfterAppend): an append acknowledgement counts towards committing
+// the entries, a vote must not be cast twice in a term. Every other
+// message may leave before the Ready that carries it is persisted: a
+// leader's appends and heartbeats, a candidate's vote requests (its own
+// vote counts only once it is durable: raft steps it at Advance).
+func needsDurableState(m raftpb.Message) bool {
+	switch m.Type {
+	case raftpb.MsgAppResp, raftpb.MsgVoteResp, raftpb.MsgPreVoteResp:
+		return true
+	}
+	return false
+}
+
+// prepareReady is phase 1 of a round for this replica: it drains the inbox
+// into the RawNode and, if the RawNode has a Ready, takes it, sends its
+// messages that promise no durable state, and writes its Raft state into
+// wb. It returns nil when there is no Ready (or the replica is stopped).
+// raftMu must be held, and stay held until the batch is committed and
+// persisted has run.
+func (r *Replica) prepareReady(wb *storage.Batch) *pendingReady {
+	if r.isStopped() {
+		return nil
+	}
+	r.drainInbox()
+	if !r.rn.HasReady() {
+		r.publishStatus()
+		return nil
+	}
+	rd := r.rn.Ready()
+	p := &pendingReady{r: r, rd: rd}
+	if rd.SoftState != nil && rd.SoftState.RaftState != raft.StateLeader {
+		// Pending ReadIndex requests may never be answered now.
+		for k, rq := range r.readCtx {
+			for _, w := range rq.waiters {
+				w.done <- ErrNotLeader
+			}
+			delete(r.readCtx, k)
+		}
+		r.lease = leaderLease{}
+	}
+	// Send first what needs nothing durable: the followers append while
+	// this node persists (raft thesis 10.2.1; see the package comment).
+	var early []raftpb.Message
+	for _, m := range rd.Messages {
+		if needsDurableState(m) {
+			p.late = append(p.late, m)
+		} else {
+			early = append(early, m)
+		}
+	}
+	if len(early) > 0 {
+		r.cfg.Transport.Send(r.cfg.RangeID, early)
+	}
+	before := wb.Len()
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		a, err := r.applySnapshot(wb, rd.Snapshot)
+		if err != nil {
+			// The snapshot cannot be persisted; Raft's view would run
+			// ahead of the disk, so stop this replica rather than diverge.
+			panic(fmt.Sprintf("replica r%d: applying snapshot: %v", r.cfg.RangeID, err))
+		}
+		p.after = a
+		p.sync = true
+	}
+	if err := appendEntries(wb, r.cfg.RangeID, rd.Entries, r.lastIndex); err != nil {
+		panic(fmt.Sprintf("replica r%d: %v", r.cfg.RangeID, err))
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		hb, err := rd.HardState.Marshal()
+		if err != nil {
+			panic(err)
+		}
+		_ = wb.Set(storage.RangeLocalKey(r.cfg.RangeID, storage.SuffixHardState), hb)
+	}
+	p.wrote = wb.Len() > before
+	p.sync = p.sync || (p.wrote && rd.MustSync)
+	return p
+}
+
+// persisted updates the replica's in-memory log once p's Raft state is
+// committed to the engine. raftMu must be held.
+func (r *Replica) persisted(p *pendingReady) {
+	rd := p.rd
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		if err := r.rs.ApplySnapshot(rd.Snapshot); err != nil {
+			panic(err)
+		}
+		r.applied = rd.Snapshot.Metadata.Index
+		r.appliedTerm = rd.Snapshot.Metadata.Term
+		r.truncIndex = rd.Snapshot.Metadata.Index
+		r.confState = rd.Snapshot.Metadata.ConfState
+		r.lastIndex = rd.Snapshot.Metadata.Index
+	}
+	if len(rd.Entries) > 0 {
+		if err := r.rs.Append(rd.Entries); err != nil {
+			panic(err)
+		}
+		r.lastIndex = rd.Entries[len(rd.Entries)-1].Index
+		for _, e := range rd.Entries {
+			id := entryID(e)
+			if old := r.byIndex[e.Index]; old != nil && old.id != id {
+				old.finish(proposalResult{err: ErrProposalDropped})
+				delete(r.byIndex, e.Index)
+				delete(r.proposals, old.id)
+			}
+			if p := r.proposals[id]; p != nil && id != 0 {
+				r.byIndex[e.Index] = p
+			}
+		}
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		_ = r.rs.SetHardState(rd.HardState)
+	}
+}
+
+// completeReady is phase 2 of a round for this replica: it sends the
+// messages that promise durable state, applies, serves reads and advances
+// the RawNode. It reports whether the RawNode has more work. raftMu must be
+// held. A replica stopped since phase 1 does nothing more.
+func (r *Replica) completeReady(p *pendingReady) (more bool) {
+	if r.isStopped() {
+		return false
+	}
+	rd := p.rd
+	// 2. Send what waited for the state to be durable.
+	if len(p.late) > 0 {
+		r.cfg.Transport.Send(r.cfg.RangeID, p.late)
+	}
+	// 3. Apply.
+	if p.after != nil {
+		p.after()
+	}
+	r.applyEntries(rd.CommittedEntries)
+	// 4. Reads.
+	for _, rs := range rd.ReadStates {
+		rq := r.readCtx[string(rs.RequestCtx)]
+		if rq == nil {
+			continue
+		}
+		delete(r.readCtx, string(rs.RequestCtx))
+		r.extendLease(rq)
+		for _, w := range rq.waiters {
+			w.index = rs.Index
+			r.applyWait = append(r.applyWait, w)
+		}
+	}
+	r.serveReads()
+	// 5. Advance.
+	r.rn.Advance(rd)
+	r.maybeTruncate()
+	r.publishStatus()
+	return r.rn.HasReady()
+}
