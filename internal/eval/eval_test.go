@@ -34,6 +34,7 @@ func TestCommandTable(t *testing.T) {
 		{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{}}},
 		{Value: &rpcpb.RequestUnion_PlainPutUnlessExists{PlainPutUnlessExists: &rpcpb.PlainPutUnlessExistsRequest{}}},
 		{Value: &rpcpb.RequestUnion_PlainPut{PlainPut: &rpcpb.PlainPutRequest{}}},
+		{Value: &rpcpb.RequestUnion_QueryIntent{QueryIntent: &rpcpb.QueryIntentRequest{}}},
 	}
 	if len(examples) != int(rpcpb.MethodsMax)-1 {
 		t.Fatalf("%d examples for %d methods", len(examples), rpcpb.MethodsMax-1)
@@ -146,6 +147,9 @@ func parseRequest(t *testing.T, line string) *rpcpb.RequestUnion {
 		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_Scan{Scan: &rpcpb.ScanRequest{Start: b("start"), End: b("end"), Ts: u("ts"), TxnStart: u("txn"), Limit: uint32(u("limit"))}}}
 	case "refresh":
 		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_Refresh{Refresh: &rpcpb.RefreshRequest{Spans: []*rpcpb.Span{{Start: b("start"), End: b("end")}}, FromTs: u("from"), ToTs: u("to"), TxnStart: u("txn")}}}
+	case "query-intent":
+		_, gone := args["tombstone"]
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_QueryIntent{QueryIntent: &rpcpb.QueryIntentRequest{Key: b("key"), TxnStart: u("txn"), ValueHash: rpcpb.IntentValueHash(b("value"), gone)}}}
 	case "plain-get":
 		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{Key: b("key")}}}
 	case "put-intent":
@@ -178,6 +182,8 @@ func printResponse(out *strings.Builder, resp *rpcpb.BatchResponse) {
 				fmt.Fprintf(out, " %s=%s@%d", kv.Key, kv.Value, kv.Ts)
 			}
 			fmt.Fprintf(out, " resume=%q\n", v.Scan.ResumeKey)
+		case *rpcpb.ResponseUnion_QueryIntent:
+			fmt.Fprintf(out, "query-intent: found=%v\n", v.QueryIntent.Found)
 		case *rpcpb.ResponseUnion_PlainGet:
 			fmt.Fprintf(out, "plain-get: found=%v value=%q\n", v.PlainGet.Found, v.PlainGet.Value)
 		case *rpcpb.ResponseUnion_PlainPutUnlessExists:

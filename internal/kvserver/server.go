@@ -59,6 +59,13 @@ func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
 	if size := proto.Size(req); size > keys.RequestBytesMax {
 		return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "request of %d bytes exceeds RequestBytesMax (%d bytes)", size, keys.RequestBytesMax)
 	}
+	if req.AsyncConsensus {
+		for _, ru := range req.Requests {
+			if ru.GetPutIntent() == nil {
+				return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "async_consensus is for batches of PutIntent only, not %s", ru.Method())
+			}
+		}
+	}
 	w := req.Requests[0].IsWrite()
 	keyMax := keys.KeyBytesMax + 64 // user keys plus the prefixes of system keys
 	putKeys := map[string]struct{}{}
@@ -203,12 +210,25 @@ func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.Batch
 		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
 	}
 	proposed = true
-	res, err := rr.r.ProposeEvaluated(ctx, data, term, func(res any, _ error) {
+	finished := func(res any, _ error) {
 		if _, ok := res.(appliedResult); ok {
 			applyLockEffects(locks, fx)
 		}
 		release()
-	})
+	}
+	if req.AsyncConsensus {
+		// Pipelining: answer now; the proposal goes on without the client,
+		// which proves the write (QueryIntent) before its commit point. The
+		// latches stay held until the proposal is finished, so a proof waits
+		// for it.
+		go func() {
+			pctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
+			defer cancel()
+			_, _ = rr.r.ProposeEvaluated(pctx, data, term, finished)
+		}()
+		return resp
+	}
+	res, err := rr.r.ProposeEvaluated(ctx, data, term, finished)
 	if err != nil {
 		return fail(n.proposeErr(rr, err))
 	}

@@ -1292,6 +1292,113 @@ func (*RefreshResponse) Descriptor() ([]byte, []int) {
 
 // Plain (unversioned) keys hold system state: the status table, heartbeat
 // records, range descriptors, the oracle's bound.
+// QueryIntentRequest asks whether the transaction txn_start holds the intent
+// at key, with the value whose IntentValueHash is value_hash: the proof that
+// a pipelined write has applied (it waits for a write in flight on the key).
+type QueryIntentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	TxnStart      uint64                 `protobuf:"varint,2,opt,name=txn_start,json=txnStart,proto3" json:"txn_start,omitempty"`
+	ValueHash     uint64                 `protobuf:"fixed64,3,opt,name=value_hash,json=valueHash,proto3" json:"value_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryIntentRequest) Reset() {
+	*x = QueryIntentRequest{}
+	mi := &file_canopy_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryIntentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryIntentRequest) ProtoMessage() {}
+
+func (x *QueryIntentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryIntentRequest.ProtoReflect.Descriptor instead.
+func (*QueryIntentRequest) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *QueryIntentRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *QueryIntentRequest) GetTxnStart() uint64 {
+	if x != nil {
+		return x.TxnStart
+	}
+	return 0
+}
+
+func (x *QueryIntentRequest) GetValueHash() uint64 {
+	if x != nil {
+		return x.ValueHash
+	}
+	return 0
+}
+
+type QueryIntentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryIntentResponse) Reset() {
+	*x = QueryIntentResponse{}
+	mi := &file_canopy_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryIntentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryIntentResponse) ProtoMessage() {}
+
+func (x *QueryIntentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryIntentResponse.ProtoReflect.Descriptor instead.
+func (*QueryIntentResponse) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *QueryIntentResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
 type PlainGetRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1301,7 +1408,7 @@ type PlainGetRequest struct {
 
 func (x *PlainGetRequest) Reset() {
 	*x = PlainGetRequest{}
-	mi := &file_canopy_proto_msgTypes[20]
+	mi := &file_canopy_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1420,7 @@ func (x *PlainGetRequest) String() string {
 func (*PlainGetRequest) ProtoMessage() {}
 
 func (x *PlainGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[20]
+	mi := &file_canopy_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1433,7 @@ func (x *PlainGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlainGetRequest.ProtoReflect.Descriptor instead.
 func (*PlainGetRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{20}
+	return file_canopy_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PlainGetRequest) GetKey() []byte {
@@ -1346,7 +1453,7 @@ type PlainGetResponse struct {
 
 func (x *PlainGetResponse) Reset() {
 	*x = PlainGetResponse{}
-	mi := &file_canopy_proto_msgTypes[21]
+	mi := &file_canopy_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1465,7 @@ func (x *PlainGetResponse) String() string {
 func (*PlainGetResponse) ProtoMessage() {}
 
 func (x *PlainGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[21]
+	mi := &file_canopy_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1478,7 @@ func (x *PlainGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlainGetResponse.ProtoReflect.Descriptor instead.
 func (*PlainGetResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{21}
+	return file_canopy_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PlainGetResponse) GetFound() bool {
@@ -1401,7 +1508,7 @@ type PlainPutUnlessExistsRequest struct {
 
 func (x *PlainPutUnlessExistsRequest) Reset() {
 	*x = PlainPutUnlessExistsRequest{}
-	mi := &file_canopy_proto_msgTypes[22]
+	mi := &file_canopy_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1520,7 @@ func (x *PlainPutUnlessExistsRequest) String() string {
 func (*PlainPutUnlessExistsRequest) ProtoMessage() {}
 
 func (x *PlainPutUnlessExistsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[22]
+	mi := &file_canopy_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1533,7 @@ func (x *PlainPutUnlessExistsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlainPutUnlessExistsRequest.ProtoReflect.Descriptor instead.
 func (*PlainPutUnlessExistsRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{22}
+	return file_canopy_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PlainPutUnlessExistsRequest) GetKey() []byte {
@@ -1453,7 +1560,7 @@ type PlainPutUnlessExistsResponse struct {
 
 func (x *PlainPutUnlessExistsResponse) Reset() {
 	*x = PlainPutUnlessExistsResponse{}
-	mi := &file_canopy_proto_msgTypes[23]
+	mi := &file_canopy_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1572,7 @@ func (x *PlainPutUnlessExistsResponse) String() string {
 func (*PlainPutUnlessExistsResponse) ProtoMessage() {}
 
 func (x *PlainPutUnlessExistsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[23]
+	mi := &file_canopy_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1585,7 @@ func (x *PlainPutUnlessExistsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlainPutUnlessExistsResponse.ProtoReflect.Descriptor instead.
 func (*PlainPutUnlessExistsResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{23}
+	return file_canopy_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PlainPutUnlessExistsResponse) GetSucceeded() bool {
@@ -1506,7 +1613,7 @@ type PlainPutRequest struct {
 
 func (x *PlainPutRequest) Reset() {
 	*x = PlainPutRequest{}
-	mi := &file_canopy_proto_msgTypes[24]
+	mi := &file_canopy_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1625,7 @@ func (x *PlainPutRequest) String() string {
 func (*PlainPutRequest) ProtoMessage() {}
 
 func (x *PlainPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[24]
+	mi := &file_canopy_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1638,7 @@ func (x *PlainPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlainPutRequest.ProtoReflect.Descriptor instead.
 func (*PlainPutRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{24}
+	return file_canopy_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PlainPutRequest) GetKey() []byte {
@@ -1563,7 +1670,7 @@ type PlainPutResponse struct {
 
 func (x *PlainPutResponse) Reset() {
 	*x = PlainPutResponse{}
-	mi := &file_canopy_proto_msgTypes[25]
+	mi := &file_canopy_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1682,7 @@ func (x *PlainPutResponse) String() string {
 func (*PlainPutResponse) ProtoMessage() {}
 
 func (x *PlainPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[25]
+	mi := &file_canopy_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1695,7 @@ func (x *PlainPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlainPutResponse.ProtoReflect.Descriptor instead.
 func (*PlainPutResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{25}
+	return file_canopy_proto_rawDescGZIP(), []int{27}
 }
 
 type RequestUnion struct {
@@ -1604,6 +1711,7 @@ type RequestUnion struct {
 	//	*RequestUnion_PlainGet
 	//	*RequestUnion_PlainPutUnlessExists
 	//	*RequestUnion_PlainPut
+	//	*RequestUnion_QueryIntent
 	Value         isRequestUnion_Value `protobuf_oneof:"value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1611,7 +1719,7 @@ type RequestUnion struct {
 
 func (x *RequestUnion) Reset() {
 	*x = RequestUnion{}
-	mi := &file_canopy_proto_msgTypes[26]
+	mi := &file_canopy_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1731,7 @@ func (x *RequestUnion) String() string {
 func (*RequestUnion) ProtoMessage() {}
 
 func (x *RequestUnion) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[26]
+	mi := &file_canopy_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1744,7 @@ func (x *RequestUnion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestUnion.ProtoReflect.Descriptor instead.
 func (*RequestUnion) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{26}
+	return file_canopy_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RequestUnion) GetValue() isRequestUnion_Value {
@@ -1727,6 +1835,15 @@ func (x *RequestUnion) GetPlainPut() *PlainPutRequest {
 	return nil
 }
 
+func (x *RequestUnion) GetQueryIntent() *QueryIntentRequest {
+	if x != nil {
+		if x, ok := x.Value.(*RequestUnion_QueryIntent); ok {
+			return x.QueryIntent
+		}
+	}
+	return nil
+}
+
 type isRequestUnion_Value interface {
 	isRequestUnion_Value()
 }
@@ -1767,6 +1884,10 @@ type RequestUnion_PlainPut struct {
 	PlainPut *PlainPutRequest `protobuf:"bytes,9,opt,name=plain_put,json=plainPut,proto3,oneof"`
 }
 
+type RequestUnion_QueryIntent struct {
+	QueryIntent *QueryIntentRequest `protobuf:"bytes,10,opt,name=query_intent,json=queryIntent,proto3,oneof"`
+}
+
 func (*RequestUnion_Get) isRequestUnion_Value() {}
 
 func (*RequestUnion_Scan) isRequestUnion_Value() {}
@@ -1785,6 +1906,8 @@ func (*RequestUnion_PlainPutUnlessExists) isRequestUnion_Value() {}
 
 func (*RequestUnion_PlainPut) isRequestUnion_Value() {}
 
+func (*RequestUnion_QueryIntent) isRequestUnion_Value() {}
+
 type ResponseUnion struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Value:
@@ -1798,6 +1921,7 @@ type ResponseUnion struct {
 	//	*ResponseUnion_PlainGet
 	//	*ResponseUnion_PlainPutUnlessExists
 	//	*ResponseUnion_PlainPut
+	//	*ResponseUnion_QueryIntent
 	Value         isResponseUnion_Value `protobuf_oneof:"value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1805,7 +1929,7 @@ type ResponseUnion struct {
 
 func (x *ResponseUnion) Reset() {
 	*x = ResponseUnion{}
-	mi := &file_canopy_proto_msgTypes[27]
+	mi := &file_canopy_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1941,7 @@ func (x *ResponseUnion) String() string {
 func (*ResponseUnion) ProtoMessage() {}
 
 func (x *ResponseUnion) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[27]
+	mi := &file_canopy_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1954,7 @@ func (x *ResponseUnion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseUnion.ProtoReflect.Descriptor instead.
 func (*ResponseUnion) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{27}
+	return file_canopy_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResponseUnion) GetValue() isResponseUnion_Value {
@@ -1921,6 +2045,15 @@ func (x *ResponseUnion) GetPlainPut() *PlainPutResponse {
 	return nil
 }
 
+func (x *ResponseUnion) GetQueryIntent() *QueryIntentResponse {
+	if x != nil {
+		if x, ok := x.Value.(*ResponseUnion_QueryIntent); ok {
+			return x.QueryIntent
+		}
+	}
+	return nil
+}
+
 type isResponseUnion_Value interface {
 	isResponseUnion_Value()
 }
@@ -1961,6 +2094,10 @@ type ResponseUnion_PlainPut struct {
 	PlainPut *PlainPutResponse `protobuf:"bytes,9,opt,name=plain_put,json=plainPut,proto3,oneof"`
 }
 
+type ResponseUnion_QueryIntent struct {
+	QueryIntent *QueryIntentResponse `protobuf:"bytes,10,opt,name=query_intent,json=queryIntent,proto3,oneof"`
+}
+
 func (*ResponseUnion_Get) isResponseUnion_Value() {}
 
 func (*ResponseUnion_Scan) isResponseUnion_Value() {}
@@ -1979,17 +2116,25 @@ func (*ResponseUnion_PlainPutUnlessExists) isResponseUnion_Value() {}
 
 func (*ResponseUnion_PlainPut) isResponseUnion_Value() {}
 
+func (*ResponseUnion_QueryIntent) isResponseUnion_Value() {}
+
 type BatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RangeId       uint64                 `protobuf:"varint,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
-	Requests      []*RequestUnion        `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	RangeId  uint64                 `protobuf:"varint,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	Requests []*RequestUnion        `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty"`
+	// async_consensus (a batch of PutIntents only): the response comes once
+	// the leaseholder has evaluated the batch and proposed it, and its
+	// replication goes on in the background (transactional pipelining). The
+	// writes are not yet durable: the transaction must prove each with
+	// QueryIntent before its commit point.
+	AsyncConsensus bool `protobuf:"varint,3,opt,name=async_consensus,json=asyncConsensus,proto3" json:"async_consensus,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_canopy_proto_msgTypes[28]
+	mi := &file_canopy_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2146,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[28]
+	mi := &file_canopy_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2159,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{28}
+	return file_canopy_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BatchRequest) GetRangeId() uint64 {
@@ -2031,6 +2176,13 @@ func (x *BatchRequest) GetRequests() []*RequestUnion {
 	return nil
 }
 
+func (x *BatchRequest) GetAsyncConsensus() bool {
+	if x != nil {
+		return x.AsyncConsensus
+	}
+	return false
+}
+
 // If error is set (code != OK), no response in responses is meaningful and,
 // for writes, either nothing applied or (AMBIGUOUS) the outcome is unknown.
 type BatchResponse struct {
@@ -2043,7 +2195,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_canopy_proto_msgTypes[29]
+	mi := &file_canopy_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2207,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[29]
+	mi := &file_canopy_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2220,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{29}
+	return file_canopy_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BatchResponse) GetError() *Error {
@@ -2096,7 +2248,7 @@ type RangeLookupRequest struct {
 
 func (x *RangeLookupRequest) Reset() {
 	*x = RangeLookupRequest{}
-	mi := &file_canopy_proto_msgTypes[30]
+	mi := &file_canopy_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2260,7 @@ func (x *RangeLookupRequest) String() string {
 func (*RangeLookupRequest) ProtoMessage() {}
 
 func (x *RangeLookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[30]
+	mi := &file_canopy_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2273,7 @@ func (x *RangeLookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeLookupRequest.ProtoReflect.Descriptor instead.
 func (*RangeLookupRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{30}
+	return file_canopy_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RangeLookupRequest) GetKey() []byte {
@@ -2143,7 +2295,7 @@ type RangeLookupResponse struct {
 
 func (x *RangeLookupResponse) Reset() {
 	*x = RangeLookupResponse{}
-	mi := &file_canopy_proto_msgTypes[31]
+	mi := &file_canopy_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2307,7 @@ func (x *RangeLookupResponse) String() string {
 func (*RangeLookupResponse) ProtoMessage() {}
 
 func (x *RangeLookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[31]
+	mi := &file_canopy_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2320,7 @@ func (x *RangeLookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeLookupResponse.ProtoReflect.Descriptor instead.
 func (*RangeLookupResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{31}
+	return file_canopy_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RangeLookupResponse) GetError() *Error {
@@ -2210,7 +2362,7 @@ type TimestampRequest struct {
 
 func (x *TimestampRequest) Reset() {
 	*x = TimestampRequest{}
-	mi := &file_canopy_proto_msgTypes[32]
+	mi := &file_canopy_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2374,7 @@ func (x *TimestampRequest) String() string {
 func (*TimestampRequest) ProtoMessage() {}
 
 func (x *TimestampRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[32]
+	mi := &file_canopy_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2387,7 @@ func (x *TimestampRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimestampRequest.ProtoReflect.Descriptor instead.
 func (*TimestampRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{32}
+	return file_canopy_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TimestampRequest) GetCount() uint32 {
@@ -2256,7 +2408,7 @@ type TimestampResponse struct {
 
 func (x *TimestampResponse) Reset() {
 	*x = TimestampResponse{}
-	mi := &file_canopy_proto_msgTypes[33]
+	mi := &file_canopy_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2420,7 @@ func (x *TimestampResponse) String() string {
 func (*TimestampResponse) ProtoMessage() {}
 
 func (x *TimestampResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[33]
+	mi := &file_canopy_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2433,7 @@ func (x *TimestampResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimestampResponse.ProtoReflect.Descriptor instead.
 func (*TimestampResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{33}
+	return file_canopy_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TimestampResponse) GetError() *Error {
@@ -2319,7 +2471,7 @@ type ClusterSettings struct {
 
 func (x *ClusterSettings) Reset() {
 	*x = ClusterSettings{}
-	mi := &file_canopy_proto_msgTypes[34]
+	mi := &file_canopy_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2483,7 @@ func (x *ClusterSettings) String() string {
 func (*ClusterSettings) ProtoMessage() {}
 
 func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[34]
+	mi := &file_canopy_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2496,7 @@ func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSettings.ProtoReflect.Descriptor instead.
 func (*ClusterSettings) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{34}
+	return file_canopy_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ClusterSettings) GetClusterId() string {
@@ -2390,7 +2542,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_canopy_proto_msgTypes[35]
+	mi := &file_canopy_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2554,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[35]
+	mi := &file_canopy_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2567,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{35}
+	return file_canopy_proto_rawDescGZIP(), []int{37}
 }
 
 type ClusterInfoResponse struct {
@@ -2429,7 +2581,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_canopy_proto_msgTypes[36]
+	mi := &file_canopy_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2593,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[36]
+	mi := &file_canopy_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2606,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{36}
+	return file_canopy_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ClusterInfoResponse) GetError() *Error {
@@ -2488,7 +2640,7 @@ type BootstrapRequest struct {
 
 func (x *BootstrapRequest) Reset() {
 	*x = BootstrapRequest{}
-	mi := &file_canopy_proto_msgTypes[37]
+	mi := &file_canopy_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2500,7 +2652,7 @@ func (x *BootstrapRequest) String() string {
 func (*BootstrapRequest) ProtoMessage() {}
 
 func (x *BootstrapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[37]
+	mi := &file_canopy_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2513,7 +2665,7 @@ func (x *BootstrapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapRequest.ProtoReflect.Descriptor instead.
 func (*BootstrapRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{37}
+	return file_canopy_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *BootstrapRequest) GetInitialRanges() uint32 {
@@ -2540,7 +2692,7 @@ type BootstrapResponse struct {
 
 func (x *BootstrapResponse) Reset() {
 	*x = BootstrapResponse{}
-	mi := &file_canopy_proto_msgTypes[38]
+	mi := &file_canopy_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2704,7 @@ func (x *BootstrapResponse) String() string {
 func (*BootstrapResponse) ProtoMessage() {}
 
 func (x *BootstrapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[38]
+	mi := &file_canopy_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2717,7 @@ func (x *BootstrapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapResponse.ProtoReflect.Descriptor instead.
 func (*BootstrapResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{38}
+	return file_canopy_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *BootstrapResponse) GetError() *Error {
@@ -2591,7 +2743,7 @@ type SplitRequest struct {
 
 func (x *SplitRequest) Reset() {
 	*x = SplitRequest{}
-	mi := &file_canopy_proto_msgTypes[39]
+	mi := &file_canopy_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2755,7 @@ func (x *SplitRequest) String() string {
 func (*SplitRequest) ProtoMessage() {}
 
 func (x *SplitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[39]
+	mi := &file_canopy_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2768,7 @@ func (x *SplitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitRequest.ProtoReflect.Descriptor instead.
 func (*SplitRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{39}
+	return file_canopy_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SplitRequest) GetSplitKey() []byte {
@@ -2637,7 +2789,7 @@ type SplitResponse struct {
 
 func (x *SplitResponse) Reset() {
 	*x = SplitResponse{}
-	mi := &file_canopy_proto_msgTypes[40]
+	mi := &file_canopy_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2649,7 +2801,7 @@ func (x *SplitResponse) String() string {
 func (*SplitResponse) ProtoMessage() {}
 
 func (x *SplitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[40]
+	mi := &file_canopy_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2662,7 +2814,7 @@ func (x *SplitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitResponse.ProtoReflect.Descriptor instead.
 func (*SplitResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{40}
+	return file_canopy_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SplitResponse) GetError() *Error {
@@ -2699,7 +2851,7 @@ type RangeStatus struct {
 
 func (x *RangeStatus) Reset() {
 	*x = RangeStatus{}
-	mi := &file_canopy_proto_msgTypes[41]
+	mi := &file_canopy_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2711,7 +2863,7 @@ func (x *RangeStatus) String() string {
 func (*RangeStatus) ProtoMessage() {}
 
 func (x *RangeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[41]
+	mi := &file_canopy_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2724,7 +2876,7 @@ func (x *RangeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeStatus.ProtoReflect.Descriptor instead.
 func (*RangeStatus) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{41}
+	return file_canopy_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RangeStatus) GetRange() *RangeDescriptor {
@@ -2770,7 +2922,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_canopy_proto_msgTypes[42]
+	mi := &file_canopy_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +2934,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[42]
+	mi := &file_canopy_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +2947,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{42}
+	return file_canopy_proto_rawDescGZIP(), []int{44}
 }
 
 type NodeStatusResponse struct {
@@ -2810,7 +2962,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_canopy_proto_msgTypes[43]
+	mi := &file_canopy_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2822,7 +2974,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[43]
+	mi := &file_canopy_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2835,7 +2987,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{43}
+	return file_canopy_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *NodeStatusResponse) GetNodeId() uint64 {
@@ -2879,7 +3031,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_canopy_proto_msgTypes[44]
+	mi := &file_canopy_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +3043,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[44]
+	mi := &file_canopy_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3056,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{44}
+	return file_canopy_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RaftMessage) GetRangeId() uint64 {
@@ -2944,7 +3096,7 @@ type RaftMessageBatch struct {
 
 func (x *RaftMessageBatch) Reset() {
 	*x = RaftMessageBatch{}
-	mi := &file_canopy_proto_msgTypes[45]
+	mi := &file_canopy_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +3108,7 @@ func (x *RaftMessageBatch) String() string {
 func (*RaftMessageBatch) ProtoMessage() {}
 
 func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[45]
+	mi := &file_canopy_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +3121,7 @@ func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatch.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatch) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{45}
+	return file_canopy_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RaftMessageBatch) GetMessages() []*RaftMessage {
@@ -2987,7 +3139,7 @@ type RaftMessageBatchResponse struct {
 
 func (x *RaftMessageBatchResponse) Reset() {
 	*x = RaftMessageBatchResponse{}
-	mi := &file_canopy_proto_msgTypes[46]
+	mi := &file_canopy_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2999,7 +3151,7 @@ func (x *RaftMessageBatchResponse) String() string {
 func (*RaftMessageBatchResponse) ProtoMessage() {}
 
 func (x *RaftMessageBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[46]
+	mi := &file_canopy_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3012,7 +3164,7 @@ func (x *RaftMessageBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatchResponse.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatchResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{46}
+	return file_canopy_proto_rawDescGZIP(), []int{48}
 }
 
 // JoinRequest is sent by the bootstrapping node to every peer: it assigns
@@ -3032,7 +3184,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_canopy_proto_msgTypes[47]
+	mi := &file_canopy_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3044,7 +3196,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[47]
+	mi := &file_canopy_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3057,7 +3209,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{47}
+	return file_canopy_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *JoinRequest) GetNodeId() uint64 {
@@ -3104,7 +3256,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_canopy_proto_msgTypes[48]
+	mi := &file_canopy_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3268,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[48]
+	mi := &file_canopy_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3281,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{48}
+	return file_canopy_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *JoinResponse) GetError() *Error {
@@ -3147,7 +3299,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_canopy_proto_msgTypes[49]
+	mi := &file_canopy_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +3311,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[49]
+	mi := &file_canopy_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +3324,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{49}
+	return file_canopy_proto_rawDescGZIP(), []int{51}
 }
 
 type PingResponse struct {
@@ -3185,7 +3337,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_canopy_proto_msgTypes[50]
+	mi := &file_canopy_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3197,7 +3349,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[50]
+	mi := &file_canopy_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3210,7 +3362,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{50}
+	return file_canopy_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PingResponse) GetNodeId() uint64 {
@@ -3239,7 +3391,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_canopy_proto_msgTypes[51]
+	mi := &file_canopy_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +3403,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[51]
+	mi := &file_canopy_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +3416,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{51}
+	return file_canopy_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ProposeRequest) GetRangeId() uint64 {
@@ -3292,7 +3444,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_canopy_proto_msgTypes[52]
+	mi := &file_canopy_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3304,7 +3456,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[52]
+	mi := &file_canopy_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3317,7 +3469,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{52}
+	return file_canopy_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ProposeResponse) GetError() *Error {
@@ -3373,7 +3525,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_canopy_proto_msgTypes[53]
+	mi := &file_canopy_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3385,7 +3537,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[53]
+	mi := &file_canopy_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3398,7 +3550,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{53}
+	return file_canopy_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RaftCommand) GetBatch() *BatchRequest {
@@ -3485,7 +3637,7 @@ type GCCommand struct {
 
 func (x *GCCommand) Reset() {
 	*x = GCCommand{}
-	mi := &file_canopy_proto_msgTypes[54]
+	mi := &file_canopy_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3497,7 +3649,7 @@ func (x *GCCommand) String() string {
 func (*GCCommand) ProtoMessage() {}
 
 func (x *GCCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[54]
+	mi := &file_canopy_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3510,7 +3662,7 @@ func (x *GCCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCCommand.ProtoReflect.Descriptor instead.
 func (*GCCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{54}
+	return file_canopy_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GCCommand) GetThreshold() uint64 {
@@ -3545,7 +3697,7 @@ type RangeState struct {
 
 func (x *RangeState) Reset() {
 	*x = RangeState{}
-	mi := &file_canopy_proto_msgTypes[55]
+	mi := &file_canopy_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3557,7 +3709,7 @@ func (x *RangeState) String() string {
 func (*RangeState) ProtoMessage() {}
 
 func (x *RangeState) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[55]
+	mi := &file_canopy_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3570,7 +3722,7 @@ func (x *RangeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeState.ProtoReflect.Descriptor instead.
 func (*RangeState) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{55}
+	return file_canopy_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RangeState) GetRange() *RangeDescriptor {
@@ -3600,7 +3752,7 @@ type SplitCommand struct {
 
 func (x *SplitCommand) Reset() {
 	*x = SplitCommand{}
-	mi := &file_canopy_proto_msgTypes[56]
+	mi := &file_canopy_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3612,7 +3764,7 @@ func (x *SplitCommand) String() string {
 func (*SplitCommand) ProtoMessage() {}
 
 func (x *SplitCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[56]
+	mi := &file_canopy_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3625,7 +3777,7 @@ func (x *SplitCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitCommand.ProtoReflect.Descriptor instead.
 func (*SplitCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{56}
+	return file_canopy_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SplitCommand) GetSplitKey() []byte {
@@ -3660,7 +3812,7 @@ type MetaUpdateCommand struct {
 
 func (x *MetaUpdateCommand) Reset() {
 	*x = MetaUpdateCommand{}
-	mi := &file_canopy_proto_msgTypes[57]
+	mi := &file_canopy_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3672,7 +3824,7 @@ func (x *MetaUpdateCommand) String() string {
 func (*MetaUpdateCommand) ProtoMessage() {}
 
 func (x *MetaUpdateCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[57]
+	mi := &file_canopy_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3685,7 +3837,7 @@ func (x *MetaUpdateCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaUpdateCommand.ProtoReflect.Descriptor instead.
 func (*MetaUpdateCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{57}
+	return file_canopy_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *MetaUpdateCommand) GetRange() *RangeDescriptor {
@@ -3704,7 +3856,7 @@ type AllocRangeIDCommand struct {
 
 func (x *AllocRangeIDCommand) Reset() {
 	*x = AllocRangeIDCommand{}
-	mi := &file_canopy_proto_msgTypes[58]
+	mi := &file_canopy_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3716,7 +3868,7 @@ func (x *AllocRangeIDCommand) String() string {
 func (*AllocRangeIDCommand) ProtoMessage() {}
 
 func (x *AllocRangeIDCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[58]
+	mi := &file_canopy_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3729,7 +3881,7 @@ func (x *AllocRangeIDCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocRangeIDCommand.ProtoReflect.Descriptor instead.
 func (*AllocRangeIDCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{58}
+	return file_canopy_proto_rawDescGZIP(), []int{60}
 }
 
 // CASBoundCommand sets the oracle's upper bound to new_bound if it equals
@@ -3744,7 +3896,7 @@ type CASBoundCommand struct {
 
 func (x *CASBoundCommand) Reset() {
 	*x = CASBoundCommand{}
-	mi := &file_canopy_proto_msgTypes[59]
+	mi := &file_canopy_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3756,7 +3908,7 @@ func (x *CASBoundCommand) String() string {
 func (*CASBoundCommand) ProtoMessage() {}
 
 func (x *CASBoundCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[59]
+	mi := &file_canopy_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3769,7 +3921,7 @@ func (x *CASBoundCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CASBoundCommand.ProtoReflect.Descriptor instead.
 func (*CASBoundCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{59}
+	return file_canopy_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CASBoundCommand) GetExpected() uint64 {
@@ -3868,7 +4020,14 @@ const file_canopy_proto_rawDesc = "" +
 	"\afrom_ts\x18\x02 \x01(\x04R\x06fromTs\x12\x13\n" +
 	"\x05to_ts\x18\x03 \x01(\x04R\x04toTs\x12\x1b\n" +
 	"\ttxn_start\x18\x04 \x01(\x04R\btxnStart\"\x11\n" +
-	"\x0fRefreshResponse\"#\n" +
+	"\x0fRefreshResponse\"b\n" +
+	"\x12QueryIntentRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1b\n" +
+	"\ttxn_start\x18\x02 \x01(\x04R\btxnStart\x12\x1d\n" +
+	"\n" +
+	"value_hash\x18\x03 \x01(\x06R\tvalueHash\"+\n" +
+	"\x13QueryIntentResponse\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\"#\n" +
 	"\x0fPlainGetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\">\n" +
 	"\x10PlainGetResponse\x12\x14\n" +
@@ -3884,7 +4043,7 @@ const file_canopy_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +
 	"\x06delete\x18\x03 \x01(\bR\x06delete\"\x12\n" +
-	"\x10PlainPutResponse\"\x96\x04\n" +
+	"\x10PlainPutResponse\"\xd7\x04\n" +
 	"\fRequestUnion\x12&\n" +
 	"\x03get\x18\x01 \x01(\v2\x12.canopy.GetRequestH\x00R\x03get\x12)\n" +
 	"\x04scan\x18\x02 \x01(\v2\x13.canopy.ScanRequestH\x00R\x04scan\x129\n" +
@@ -3895,8 +4054,10 @@ const file_canopy_proto_rawDesc = "" +
 	"\arefresh\x18\x06 \x01(\v2\x16.canopy.RefreshRequestH\x00R\arefresh\x126\n" +
 	"\tplain_get\x18\a \x01(\v2\x17.canopy.PlainGetRequestH\x00R\bplainGet\x12\\\n" +
 	"\x17plain_put_unless_exists\x18\b \x01(\v2#.canopy.PlainPutUnlessExistsRequestH\x00R\x14plainPutUnlessExists\x126\n" +
-	"\tplain_put\x18\t \x01(\v2\x17.canopy.PlainPutRequestH\x00R\bplainPutB\a\n" +
-	"\x05value\"\xa0\x04\n" +
+	"\tplain_put\x18\t \x01(\v2\x17.canopy.PlainPutRequestH\x00R\bplainPut\x12?\n" +
+	"\fquery_intent\x18\n" +
+	" \x01(\v2\x1a.canopy.QueryIntentRequestH\x00R\vqueryIntentB\a\n" +
+	"\x05value\"\xe2\x04\n" +
 	"\rResponseUnion\x12'\n" +
 	"\x03get\x18\x01 \x01(\v2\x13.canopy.GetResponseH\x00R\x03get\x12*\n" +
 	"\x04scan\x18\x02 \x01(\v2\x14.canopy.ScanResponseH\x00R\x04scan\x12:\n" +
@@ -3907,11 +4068,14 @@ const file_canopy_proto_rawDesc = "" +
 	"\arefresh\x18\x06 \x01(\v2\x17.canopy.RefreshResponseH\x00R\arefresh\x127\n" +
 	"\tplain_get\x18\a \x01(\v2\x18.canopy.PlainGetResponseH\x00R\bplainGet\x12]\n" +
 	"\x17plain_put_unless_exists\x18\b \x01(\v2$.canopy.PlainPutUnlessExistsResponseH\x00R\x14plainPutUnlessExists\x127\n" +
-	"\tplain_put\x18\t \x01(\v2\x18.canopy.PlainPutResponseH\x00R\bplainPutB\a\n" +
-	"\x05value\"[\n" +
+	"\tplain_put\x18\t \x01(\v2\x18.canopy.PlainPutResponseH\x00R\bplainPut\x12@\n" +
+	"\fquery_intent\x18\n" +
+	" \x01(\v2\x1b.canopy.QueryIntentResponseH\x00R\vqueryIntentB\a\n" +
+	"\x05value\"\x84\x01\n" +
 	"\fBatchRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\x04R\arangeId\x120\n" +
-	"\brequests\x18\x02 \x03(\v2\x14.canopy.RequestUnionR\brequests\"i\n" +
+	"\brequests\x18\x02 \x03(\v2\x14.canopy.RequestUnionR\brequests\x12'\n" +
+	"\x0fasync_consensus\x18\x03 \x01(\bR\x0easyncConsensus\"i\n" +
 	"\rBatchResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x123\n" +
 	"\tresponses\x18\x02 \x03(\v2\x15.canopy.ResponseUnionR\tresponses\"&\n" +
@@ -4072,7 +4236,7 @@ func file_canopy_proto_rawDescGZIP() []byte {
 }
 
 var file_canopy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_canopy_proto_goTypes = []any{
 	(ErrorCode)(0),                       // 0: canopy.ErrorCode
 	(*ReplicaDescriptor)(nil),            // 1: canopy.ReplicaDescriptor
@@ -4095,46 +4259,48 @@ var file_canopy_proto_goTypes = []any{
 	(*PutResponse)(nil),                  // 18: canopy.PutResponse
 	(*RefreshRequest)(nil),               // 19: canopy.RefreshRequest
 	(*RefreshResponse)(nil),              // 20: canopy.RefreshResponse
-	(*PlainGetRequest)(nil),              // 21: canopy.PlainGetRequest
-	(*PlainGetResponse)(nil),             // 22: canopy.PlainGetResponse
-	(*PlainPutUnlessExistsRequest)(nil),  // 23: canopy.PlainPutUnlessExistsRequest
-	(*PlainPutUnlessExistsResponse)(nil), // 24: canopy.PlainPutUnlessExistsResponse
-	(*PlainPutRequest)(nil),              // 25: canopy.PlainPutRequest
-	(*PlainPutResponse)(nil),             // 26: canopy.PlainPutResponse
-	(*RequestUnion)(nil),                 // 27: canopy.RequestUnion
-	(*ResponseUnion)(nil),                // 28: canopy.ResponseUnion
-	(*BatchRequest)(nil),                 // 29: canopy.BatchRequest
-	(*BatchResponse)(nil),                // 30: canopy.BatchResponse
-	(*RangeLookupRequest)(nil),           // 31: canopy.RangeLookupRequest
-	(*RangeLookupResponse)(nil),          // 32: canopy.RangeLookupResponse
-	(*TimestampRequest)(nil),             // 33: canopy.TimestampRequest
-	(*TimestampResponse)(nil),            // 34: canopy.TimestampResponse
-	(*ClusterSettings)(nil),              // 35: canopy.ClusterSettings
-	(*ClusterInfoRequest)(nil),           // 36: canopy.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),          // 37: canopy.ClusterInfoResponse
-	(*BootstrapRequest)(nil),             // 38: canopy.BootstrapRequest
-	(*BootstrapResponse)(nil),            // 39: canopy.BootstrapResponse
-	(*SplitRequest)(nil),                 // 40: canopy.SplitRequest
-	(*SplitResponse)(nil),                // 41: canopy.SplitResponse
-	(*RangeStatus)(nil),                  // 42: canopy.RangeStatus
-	(*NodeStatusRequest)(nil),            // 43: canopy.NodeStatusRequest
-	(*NodeStatusResponse)(nil),           // 44: canopy.NodeStatusResponse
-	(*RaftMessage)(nil),                  // 45: canopy.RaftMessage
-	(*RaftMessageBatch)(nil),             // 46: canopy.RaftMessageBatch
-	(*RaftMessageBatchResponse)(nil),     // 47: canopy.RaftMessageBatchResponse
-	(*JoinRequest)(nil),                  // 48: canopy.JoinRequest
-	(*JoinResponse)(nil),                 // 49: canopy.JoinResponse
-	(*PingRequest)(nil),                  // 50: canopy.PingRequest
-	(*PingResponse)(nil),                 // 51: canopy.PingResponse
-	(*ProposeRequest)(nil),               // 52: canopy.ProposeRequest
-	(*ProposeResponse)(nil),              // 53: canopy.ProposeResponse
-	(*RaftCommand)(nil),                  // 54: canopy.RaftCommand
-	(*GCCommand)(nil),                    // 55: canopy.GCCommand
-	(*RangeState)(nil),                   // 56: canopy.RangeState
-	(*SplitCommand)(nil),                 // 57: canopy.SplitCommand
-	(*MetaUpdateCommand)(nil),            // 58: canopy.MetaUpdateCommand
-	(*AllocRangeIDCommand)(nil),          // 59: canopy.AllocRangeIDCommand
-	(*CASBoundCommand)(nil),              // 60: canopy.CASBoundCommand
+	(*QueryIntentRequest)(nil),           // 21: canopy.QueryIntentRequest
+	(*QueryIntentResponse)(nil),          // 22: canopy.QueryIntentResponse
+	(*PlainGetRequest)(nil),              // 23: canopy.PlainGetRequest
+	(*PlainGetResponse)(nil),             // 24: canopy.PlainGetResponse
+	(*PlainPutUnlessExistsRequest)(nil),  // 25: canopy.PlainPutUnlessExistsRequest
+	(*PlainPutUnlessExistsResponse)(nil), // 26: canopy.PlainPutUnlessExistsResponse
+	(*PlainPutRequest)(nil),              // 27: canopy.PlainPutRequest
+	(*PlainPutResponse)(nil),             // 28: canopy.PlainPutResponse
+	(*RequestUnion)(nil),                 // 29: canopy.RequestUnion
+	(*ResponseUnion)(nil),                // 30: canopy.ResponseUnion
+	(*BatchRequest)(nil),                 // 31: canopy.BatchRequest
+	(*BatchResponse)(nil),                // 32: canopy.BatchResponse
+	(*RangeLookupRequest)(nil),           // 33: canopy.RangeLookupRequest
+	(*RangeLookupResponse)(nil),          // 34: canopy.RangeLookupResponse
+	(*TimestampRequest)(nil),             // 35: canopy.TimestampRequest
+	(*TimestampResponse)(nil),            // 36: canopy.TimestampResponse
+	(*ClusterSettings)(nil),              // 37: canopy.ClusterSettings
+	(*ClusterInfoRequest)(nil),           // 38: canopy.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),          // 39: canopy.ClusterInfoResponse
+	(*BootstrapRequest)(nil),             // 40: canopy.BootstrapRequest
+	(*BootstrapResponse)(nil),            // 41: canopy.BootstrapResponse
+	(*SplitRequest)(nil),                 // 42: canopy.SplitRequest
+	(*SplitResponse)(nil),                // 43: canopy.SplitResponse
+	(*RangeStatus)(nil),                  // 44: canopy.RangeStatus
+	(*NodeStatusRequest)(nil),            // 45: canopy.NodeStatusRequest
+	(*NodeStatusResponse)(nil),           // 46: canopy.NodeStatusResponse
+	(*RaftMessage)(nil),                  // 47: canopy.RaftMessage
+	(*RaftMessageBatch)(nil),             // 48: canopy.RaftMessageBatch
+	(*RaftMessageBatchResponse)(nil),     // 49: canopy.RaftMessageBatchResponse
+	(*JoinRequest)(nil),                  // 50: canopy.JoinRequest
+	(*JoinResponse)(nil),                 // 51: canopy.JoinResponse
+	(*PingRequest)(nil),                  // 52: canopy.PingRequest
+	(*PingResponse)(nil),                 // 53: canopy.PingResponse
+	(*ProposeRequest)(nil),               // 54: canopy.ProposeRequest
+	(*ProposeResponse)(nil),              // 55: canopy.ProposeResponse
+	(*RaftCommand)(nil),                  // 56: canopy.RaftCommand
+	(*GCCommand)(nil),                    // 57: canopy.GCCommand
+	(*RangeState)(nil),                   // 58: canopy.RangeState
+	(*SplitCommand)(nil),                 // 59: canopy.SplitCommand
+	(*MetaUpdateCommand)(nil),            // 60: canopy.MetaUpdateCommand
+	(*AllocRangeIDCommand)(nil),          // 61: canopy.AllocRangeIDCommand
+	(*CASBoundCommand)(nil),              // 62: canopy.CASBoundCommand
 }
 var file_canopy_proto_depIdxs = []int32{
 	1,  // 0: canopy.RangeDescriptor.replicas:type_name -> canopy.ReplicaDescriptor
@@ -4151,81 +4317,83 @@ var file_canopy_proto_depIdxs = []int32{
 	15, // 11: canopy.RequestUnion.resolve_intent:type_name -> canopy.ResolveIntentRequest
 	17, // 12: canopy.RequestUnion.put:type_name -> canopy.PutRequest
 	19, // 13: canopy.RequestUnion.refresh:type_name -> canopy.RefreshRequest
-	21, // 14: canopy.RequestUnion.plain_get:type_name -> canopy.PlainGetRequest
-	23, // 15: canopy.RequestUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsRequest
-	25, // 16: canopy.RequestUnion.plain_put:type_name -> canopy.PlainPutRequest
-	10, // 17: canopy.ResponseUnion.get:type_name -> canopy.GetResponse
-	12, // 18: canopy.ResponseUnion.scan:type_name -> canopy.ScanResponse
-	14, // 19: canopy.ResponseUnion.put_intent:type_name -> canopy.PutIntentResponse
-	16, // 20: canopy.ResponseUnion.resolve_intent:type_name -> canopy.ResolveIntentResponse
-	18, // 21: canopy.ResponseUnion.put:type_name -> canopy.PutResponse
-	20, // 22: canopy.ResponseUnion.refresh:type_name -> canopy.RefreshResponse
-	22, // 23: canopy.ResponseUnion.plain_get:type_name -> canopy.PlainGetResponse
-	24, // 24: canopy.ResponseUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsResponse
-	26, // 25: canopy.ResponseUnion.plain_put:type_name -> canopy.PlainPutResponse
-	27, // 26: canopy.BatchRequest.requests:type_name -> canopy.RequestUnion
-	4,  // 27: canopy.BatchResponse.error:type_name -> canopy.Error
-	28, // 28: canopy.BatchResponse.responses:type_name -> canopy.ResponseUnion
-	4,  // 29: canopy.RangeLookupResponse.error:type_name -> canopy.Error
-	2,  // 30: canopy.RangeLookupResponse.range:type_name -> canopy.RangeDescriptor
-	3,  // 31: canopy.RangeLookupResponse.nodes:type_name -> canopy.NodeDescriptor
-	4,  // 32: canopy.TimestampResponse.error:type_name -> canopy.Error
-	4,  // 33: canopy.ClusterInfoResponse.error:type_name -> canopy.Error
-	35, // 34: canopy.ClusterInfoResponse.settings:type_name -> canopy.ClusterSettings
-	3,  // 35: canopy.ClusterInfoResponse.nodes:type_name -> canopy.NodeDescriptor
-	35, // 36: canopy.BootstrapRequest.settings:type_name -> canopy.ClusterSettings
-	4,  // 37: canopy.BootstrapResponse.error:type_name -> canopy.Error
-	35, // 38: canopy.BootstrapResponse.settings:type_name -> canopy.ClusterSettings
-	4,  // 39: canopy.SplitResponse.error:type_name -> canopy.Error
-	2,  // 40: canopy.SplitResponse.left:type_name -> canopy.RangeDescriptor
-	2,  // 41: canopy.SplitResponse.right:type_name -> canopy.RangeDescriptor
-	2,  // 42: canopy.RangeStatus.range:type_name -> canopy.RangeDescriptor
-	42, // 43: canopy.NodeStatusResponse.ranges:type_name -> canopy.RangeStatus
-	45, // 44: canopy.RaftMessageBatch.messages:type_name -> canopy.RaftMessage
-	3,  // 45: canopy.JoinRequest.nodes:type_name -> canopy.NodeDescriptor
-	35, // 46: canopy.JoinRequest.settings:type_name -> canopy.ClusterSettings
-	2,  // 47: canopy.JoinRequest.ranges:type_name -> canopy.RangeDescriptor
-	7,  // 48: canopy.JoinRequest.initial_data:type_name -> canopy.KeyValue
-	4,  // 49: canopy.JoinResponse.error:type_name -> canopy.Error
-	54, // 50: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
-	4,  // 51: canopy.ProposeResponse.error:type_name -> canopy.Error
-	29, // 52: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
-	57, // 53: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
-	58, // 54: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
-	59, // 55: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
-	60, // 56: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
-	55, // 57: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
-	2,  // 58: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
-	2,  // 59: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
-	29, // 60: canopy.KV.Batch:input_type -> canopy.BatchRequest
-	31, // 61: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
-	33, // 62: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
-	36, // 63: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
-	40, // 64: canopy.KV.Split:input_type -> canopy.SplitRequest
-	43, // 65: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
-	38, // 66: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
-	46, // 67: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
-	46, // 68: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
-	52, // 69: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
-	48, // 70: canopy.Internal.Join:input_type -> canopy.JoinRequest
-	50, // 71: canopy.Internal.Ping:input_type -> canopy.PingRequest
-	30, // 72: canopy.KV.Batch:output_type -> canopy.BatchResponse
-	32, // 73: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
-	34, // 74: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
-	37, // 75: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
-	41, // 76: canopy.KV.Split:output_type -> canopy.SplitResponse
-	44, // 77: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
-	39, // 78: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
-	47, // 79: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
-	47, // 80: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
-	53, // 81: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
-	49, // 82: canopy.Internal.Join:output_type -> canopy.JoinResponse
-	51, // 83: canopy.Internal.Ping:output_type -> canopy.PingResponse
-	72, // [72:84] is the sub-list for method output_type
-	60, // [60:72] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	23, // 14: canopy.RequestUnion.plain_get:type_name -> canopy.PlainGetRequest
+	25, // 15: canopy.RequestUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsRequest
+	27, // 16: canopy.RequestUnion.plain_put:type_name -> canopy.PlainPutRequest
+	21, // 17: canopy.RequestUnion.query_intent:type_name -> canopy.QueryIntentRequest
+	10, // 18: canopy.ResponseUnion.get:type_name -> canopy.GetResponse
+	12, // 19: canopy.ResponseUnion.scan:type_name -> canopy.ScanResponse
+	14, // 20: canopy.ResponseUnion.put_intent:type_name -> canopy.PutIntentResponse
+	16, // 21: canopy.ResponseUnion.resolve_intent:type_name -> canopy.ResolveIntentResponse
+	18, // 22: canopy.ResponseUnion.put:type_name -> canopy.PutResponse
+	20, // 23: canopy.ResponseUnion.refresh:type_name -> canopy.RefreshResponse
+	24, // 24: canopy.ResponseUnion.plain_get:type_name -> canopy.PlainGetResponse
+	26, // 25: canopy.ResponseUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsResponse
+	28, // 26: canopy.ResponseUnion.plain_put:type_name -> canopy.PlainPutResponse
+	22, // 27: canopy.ResponseUnion.query_intent:type_name -> canopy.QueryIntentResponse
+	29, // 28: canopy.BatchRequest.requests:type_name -> canopy.RequestUnion
+	4,  // 29: canopy.BatchResponse.error:type_name -> canopy.Error
+	30, // 30: canopy.BatchResponse.responses:type_name -> canopy.ResponseUnion
+	4,  // 31: canopy.RangeLookupResponse.error:type_name -> canopy.Error
+	2,  // 32: canopy.RangeLookupResponse.range:type_name -> canopy.RangeDescriptor
+	3,  // 33: canopy.RangeLookupResponse.nodes:type_name -> canopy.NodeDescriptor
+	4,  // 34: canopy.TimestampResponse.error:type_name -> canopy.Error
+	4,  // 35: canopy.ClusterInfoResponse.error:type_name -> canopy.Error
+	37, // 36: canopy.ClusterInfoResponse.settings:type_name -> canopy.ClusterSettings
+	3,  // 37: canopy.ClusterInfoResponse.nodes:type_name -> canopy.NodeDescriptor
+	37, // 38: canopy.BootstrapRequest.settings:type_name -> canopy.ClusterSettings
+	4,  // 39: canopy.BootstrapResponse.error:type_name -> canopy.Error
+	37, // 40: canopy.BootstrapResponse.settings:type_name -> canopy.ClusterSettings
+	4,  // 41: canopy.SplitResponse.error:type_name -> canopy.Error
+	2,  // 42: canopy.SplitResponse.left:type_name -> canopy.RangeDescriptor
+	2,  // 43: canopy.SplitResponse.right:type_name -> canopy.RangeDescriptor
+	2,  // 44: canopy.RangeStatus.range:type_name -> canopy.RangeDescriptor
+	44, // 45: canopy.NodeStatusResponse.ranges:type_name -> canopy.RangeStatus
+	47, // 46: canopy.RaftMessageBatch.messages:type_name -> canopy.RaftMessage
+	3,  // 47: canopy.JoinRequest.nodes:type_name -> canopy.NodeDescriptor
+	37, // 48: canopy.JoinRequest.settings:type_name -> canopy.ClusterSettings
+	2,  // 49: canopy.JoinRequest.ranges:type_name -> canopy.RangeDescriptor
+	7,  // 50: canopy.JoinRequest.initial_data:type_name -> canopy.KeyValue
+	4,  // 51: canopy.JoinResponse.error:type_name -> canopy.Error
+	56, // 52: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
+	4,  // 53: canopy.ProposeResponse.error:type_name -> canopy.Error
+	31, // 54: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
+	59, // 55: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
+	60, // 56: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
+	61, // 57: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
+	62, // 58: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
+	57, // 59: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
+	2,  // 60: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
+	2,  // 61: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
+	31, // 62: canopy.KV.Batch:input_type -> canopy.BatchRequest
+	33, // 63: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
+	35, // 64: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
+	38, // 65: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
+	42, // 66: canopy.KV.Split:input_type -> canopy.SplitRequest
+	45, // 67: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
+	40, // 68: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
+	48, // 69: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
+	48, // 70: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
+	54, // 71: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
+	50, // 72: canopy.Internal.Join:input_type -> canopy.JoinRequest
+	52, // 73: canopy.Internal.Ping:input_type -> canopy.PingRequest
+	32, // 74: canopy.KV.Batch:output_type -> canopy.BatchResponse
+	34, // 75: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
+	36, // 76: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
+	39, // 77: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
+	43, // 78: canopy.KV.Split:output_type -> canopy.SplitResponse
+	46, // 79: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
+	41, // 80: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
+	49, // 81: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
+	49, // 82: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
+	55, // 83: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
+	51, // 84: canopy.Internal.Join:output_type -> canopy.JoinResponse
+	53, // 85: canopy.Internal.Ping:output_type -> canopy.PingResponse
+	74, // [74:86] is the sub-list for method output_type
+	62, // [62:74] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_canopy_proto_init() }
@@ -4233,7 +4401,7 @@ func file_canopy_proto_init() {
 	if File_canopy_proto != nil {
 		return
 	}
-	file_canopy_proto_msgTypes[26].OneofWrappers = []any{
+	file_canopy_proto_msgTypes[28].OneofWrappers = []any{
 		(*RequestUnion_Get)(nil),
 		(*RequestUnion_Scan)(nil),
 		(*RequestUnion_PutIntent)(nil),
@@ -4243,8 +4411,9 @@ func file_canopy_proto_init() {
 		(*RequestUnion_PlainGet)(nil),
 		(*RequestUnion_PlainPutUnlessExists)(nil),
 		(*RequestUnion_PlainPut)(nil),
+		(*RequestUnion_QueryIntent)(nil),
 	}
-	file_canopy_proto_msgTypes[27].OneofWrappers = []any{
+	file_canopy_proto_msgTypes[29].OneofWrappers = []any{
 		(*ResponseUnion_Get)(nil),
 		(*ResponseUnion_Scan)(nil),
 		(*ResponseUnion_PutIntent)(nil),
@@ -4254,6 +4423,7 @@ func file_canopy_proto_init() {
 		(*ResponseUnion_PlainGet)(nil),
 		(*ResponseUnion_PlainPutUnlessExists)(nil),
 		(*ResponseUnion_PlainPut)(nil),
+		(*ResponseUnion_QueryIntent)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4261,7 +4431,7 @@ func file_canopy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_canopy_proto_rawDesc), len(file_canopy_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   60,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

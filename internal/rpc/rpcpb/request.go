@@ -1,6 +1,9 @@
 package rpcpb
 
-import "fmt"
+import (
+	"fmt"
+	"hash/fnv"
+)
 
 // Helpers on the generated request types, shared by client and server so
 // that the per-request type switches are written once.
@@ -25,6 +28,8 @@ func (r *RequestUnion) Key() []byte {
 		return v.PlainPut.GetKey()
 	case *RequestUnion_PlainPutUnlessExists:
 		return v.PlainPutUnlessExists.GetKey()
+	case *RequestUnion_QueryIntent:
+		return v.QueryIntent.GetKey()
 	}
 	return nil
 }
@@ -72,10 +77,11 @@ const (
 	MethodPlainGet
 	MethodPlainPutUnlessExists
 	MethodPlainPut
+	MethodQueryIntent
 	MethodsMax // one past the last method
 )
 
-var methodNames = [MethodsMax]string{"None", "Get", "Scan", "PutIntent", "ResolveIntent", "Put", "Refresh", "PlainGet", "PlainPutUnlessExists", "PlainPut"}
+var methodNames = [MethodsMax]string{"None", "Get", "Scan", "PutIntent", "ResolveIntent", "Put", "Refresh", "PlainGet", "PlainPutUnlessExists", "PlainPut", "QueryIntent"}
 
 func (m Method) String() string {
 	if m < MethodsMax {
@@ -96,6 +102,7 @@ func (*RequestUnion_Refresh) method() Method              { return MethodRefresh
 func (*RequestUnion_PlainGet) method() Method             { return MethodPlainGet }
 func (*RequestUnion_PlainPutUnlessExists) method() Method { return MethodPlainPutUnlessExists }
 func (*RequestUnion_PlainPut) method() Method             { return MethodPlainPut }
+func (*RequestUnion_QueryIntent) method() Method          { return MethodQueryIntent }
 
 // Method returns the request's type (MethodNone if unset).
 func (r *RequestUnion) Method() Method {
@@ -113,3 +120,17 @@ func NewError(code ErrorCode, format string, args ...any) *Error {
 // Error makes a wire error a Go error, for code that passes it through an
 // error-typed path.
 func (e *Error) Error() string { return e.GetCode().String() + ": " + e.GetMessage() }
+
+// IntentValueHash is the hash by which QueryIntent recognises the value of
+// an intent (FNV-1a 64 of the value, with the tombstone flag first), so
+// that a proof does not carry the value again.
+func IntentValueHash(value []byte, isDelete bool) uint64 {
+	h := fnv.New64a()
+	if isDelete {
+		_, _ = h.Write([]byte{1})
+	} else {
+		_, _ = h.Write([]byte{0})
+	}
+	_, _ = h.Write(value)
+	return h.Sum64()
+}
