@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/canopy-db/canopy/internal/kvserver"
+	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/storage"
 	"github.com/spf13/cobra"
@@ -22,6 +23,7 @@ func init() {
 	var store, listen, advertise, join, mode, cpuprofile string
 	var tick time.Duration
 	var threshold int
+	var sched replica.SchedulerConfig
 	cmd := &cobra.Command{
 		Use:   "start",
 		Short: "Run a node (then, once, `canopy init` to form the cluster)",
@@ -37,7 +39,8 @@ func init() {
 			n, err := kvserver.Start(kvserver.Config{
 				StoreDir: store, ListenAddr: listen, AdvertiseAddr: advertise,
 				Join: peers, TickInterval: tick, Logger: logger,
-				Storage: storage.Options{Mode: m, ThresholdBytes: threshold},
+				Storage:       storage.Options{Mode: m, ThresholdBytes: threshold},
+				RaftScheduler: sched,
 			})
 			if err != nil {
 				return err
@@ -68,6 +71,9 @@ func init() {
 			s := <-sig
 			logger.Info("stopping", "signal", s.String())
 			n.Stop()
+			sm := n.RaftSchedulerMetrics()
+			logger.Info("raft scheduler", "rounds", sm.Rounds, "commits", sm.Commits, "syncs", sm.Syncs,
+				"ranges_persisted", sm.RangesPersisted, "ranges_synced", sm.RangesSynced)
 			return nil
 		},
 	}
@@ -78,6 +84,8 @@ func init() {
 	cmd.Flags().DurationVar(&tick, "raft-tick", 100*time.Millisecond, "Raft tick; elections take 10-20 ticks")
 	cmd.Flags().StringVar(&mode, "storage-mode", "inline", "value separation of this store: inline, rewrite, punch or pebble (see docs/BENCHMARKS.md)")
 	cmd.Flags().IntVar(&threshold, "value-threshold", storage.DefaultThresholdBytes, "values of at least this many bytes go to blob files (separating modes)")
+	cmd.Flags().IntVar(&sched.Workers, "raft-workers", 0, fmt.Sprintf("workers handling the Raft work of the node's ranges (0: min(2*GOMAXPROCS, 8); at most %d)", replica.SchedulerWorkersMax))
+	cmd.Flags().IntVar(&sched.BatchRangesMax, "raft-batch-ranges", 0, fmt.Sprintf("ranges a worker persists in one batch with one sync (0: 64; at most %d; 1: one commit per range)", replica.SchedulerBatchRangesLimit))
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the node, from start until SIGINT/SIGTERM, to this file")
 	rootCmd.AddCommand(cmd)
 }

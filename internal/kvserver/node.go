@@ -246,6 +246,9 @@ func (n *Node) NodeID() uint64 {
 // Engine exposes the node's engine (tests, debug).
 func (n *Node) Engine() *storage.Engine { return n.eng }
 
+// RaftSchedulerMetrics returns the counters of the node's Raft scheduler.
+func (n *Node) RaftSchedulerMetrics() replica.SchedulerMetrics { return n.sched.Metrics() }
+
 // SetLinkFault injects a fault on the Raft link from this node to nodeID.
 func (n *Node) SetLinkFault(nodeID uint64, f LinkFault) { n.transport.SetLinkFault(nodeID, f) }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -318,7 +319,8 @@ func (s *Scheduler) work() {
 				panic(fmt.Sprintf("replica r%d: processed by two workers at once", r.cfg.RangeID))
 			}
 		}
-		more = append(more[:0], make([]bool, len(batch))...)
+		more = slices.Grow(more[:0], len(batch))[:len(batch)]
+		clear(more)
 		for i := 0; i < len(batch); {
 			i += s.round(batch[i:], more[i:])
 		}
