@@ -4,5 +4,5 @@ package kvbench
 
 import "time"
 
-// processCPU is unknown on this platform: 0.
-func processCPU() time.Duration { return 0 }
+// ProcessCPU is unknown on this platform: 0.
+func ProcessCPU() time.Duration { return 0 }

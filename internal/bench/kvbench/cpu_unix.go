@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// processCPU returns the user plus system CPU time this process has used
+// ProcessCPU returns the user plus system CPU time this process has used
 // so far, or 0 if it cannot tell.
-func processCPU() time.Duration {
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

@@ -221,7 +221,7 @@ func Drive(ctx context.Context, o Options, wl Workload, concurrency int) (Result
 		wg.Wait()
 		return Result{}, err
 	}
-	start, cpuStart := time.Now(), processCPU()
+	start, cpuStart := time.Now(), ProcessCPU()
 	sysStart, sysOK := bench.SystemBusyCPU()
 	deadline := time.NewTimer(o.Duration)
 	defer deadline.Stop()
@@ -252,7 +252,7 @@ func Drive(ctx context.Context, o Options, wl Workload, concurrency int) (Result
 	// Throughput counts the calls completed by now over the time measured
 	// so far; calls still in flight are cancelled and not counted (a call
 	// that completes after this instant would inflate the rate).
-	res.Elapsed, res.ProcessCPU = time.Since(start), processCPU()-cpuStart
+	res.Elapsed, res.ProcessCPU = time.Since(start), ProcessCPU()-cpuStart
 	serverEnd, serverErr := bench.ProcessesCPU(o.ServerPIDs)
 	res.ServerCPU = serverEnd - serverStart
 	res.OtherCPU = -1

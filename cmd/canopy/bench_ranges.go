@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/bench"
+	"github.com/canopy-db/canopy/internal/bench/kvbench"
+	"github.com/canopy-db/canopy/internal/bench/plot"
+	"github.com/canopy-db/canopy/internal/testcluster"
+	"github.com/spf13/cobra"
+)
+
+// RangesMax bounds --ranges: beyond it a cluster in one process is not a
+// measurement of anything but the machine's memory.
+const RangesMax = 100_000
+
+type benchRangesOptions struct {
+	ranges      []int
+	idle        time.Duration
+	concurrency int
+	readyMax    time.Duration
+	out         string
+	kv          kvbench.Options
+}
+
+func init() {
+	var o benchRangesOptions
+	cmd := &cobra.Command{
+		Use:   "ranges",
+		Short: "Idle CPU and put throughput of a 3-node cluster against its number of ranges",
+		Long: `For each value of --ranges, starts a 3-node cluster in this process with that
+many user ranges (plus the system ranges), waits until every range has a
+leader, measures the CPU the idle cluster uses over --idle (as a percentage
+of one core), then runs single-key puts with --concurrency clients for
+--duration. Prints a table, writes <out>.csv and <out>.png, and states the
+machine. Every step is bounded: start-up by --ready-max, the runs by
+--duration and --ops-max.`,
+		Example: `  canopy bench ranges --ranges 6,1000,10000 --idle 10s --duration 10s`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runBenchRanges(ctx, o, "canopy bench ranges "+strings.Join(os.Args[3:], " "))
+		},
+	}
+	f := cmd.Flags()
+	f.IntSliceVar(&o.ranges, "ranges", []int{6, 1000, 10000}, "user ranges of each cluster; one cluster per value")
+	f.DurationVar(&o.idle, "idle", 10*time.Second, "how long the idle cluster's CPU is measured")
+	f.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients of the put run")
+	f.DurationVar(&o.readyMax, "ready-max", 10*time.Minute, "bound on a cluster's start-up (every range with a leader)")
+	f.IntVar(&o.kv.ValueBytes, "value-bytes", 256, "bytes per value")
+	f.IntVar(&o.kv.Keys, "keys", 10000, "keys in the keyspace (written once before the run)")
+	f.DurationVar(&o.kv.Duration, "duration", 10*time.Second, "measured time of the put run (at most)")
+	f.Int64Var(&o.kv.OpsMax, "ops-max", 1_000_000, "operations of the put run (at most)")
+	f.DurationVar(&o.kv.Warmup, "warmup", time.Second, "uncounted warm-up at the start of the put run")
+	f.StringVar(&o.out, "out", "docs/bench/ranges", "prefix of the CSV and PNG files (empty: write none)")
+	benchCmd.AddCommand(cmd)
+}
+
+type rangesRow struct {
+	userRanges, totalRanges int
+	startup                 time.Duration
+	idleCPUPercent          float64
+	put                     kvbench.Result
+}
+
+func runBenchRanges(ctx context.Context, o benchRangesOptions, command string) error {
+	o.kv.EnsureDefaults()
+	if err := o.kv.Validate(); err != nil {
+		return err
+	}
+	for _, n := range o.ranges {
+		if n < 1 || n > RangesMax {
+			return fmt.Errorf("--ranges %d not in [1, %d]", n, RangesMax)
+		}
+	}
+	if o.idle <= 0 || o.concurrency < 1 || o.concurrency > kvbench.ConcurrencyMax {
+		return fmt.Errorf("--idle must be positive and --concurrency in [1, %d]", kvbench.ConcurrencyMax)
+	}
+	m := bench.ThisMachine()
+	fmt.Printf("canopy bench ranges\n  command:  %s\n  machine:  %s\n", command, m)
+	fmt.Printf("  workload: idle %v, then puts of %d-byte values over %d keys, %d clients, at most %v and %d ops after a %v warm-up\n\n",
+		o.idle, o.kv.ValueBytes, o.kv.Keys, o.concurrency, o.kv.Duration, o.kv.OpsMax, o.kv.Warmup)
+	var rows []rangesRow
+	for _, n := range o.ranges {
+		row, err := benchRangesOne(ctx, o, n)
+		if err != nil {
+			return fmt.Errorf("%d ranges: %w", n, err)
+		}
+		rows = append(rows, row)
+	}
+	fmt.Println()
+	fmt.Printf("%12s %12s %10s %14s %10s %8s %8s\n", "user ranges", "all ranges", "start s", "idle cpu %", "put ops/s", "p50 ms", "p99 ms")
+	for _, r := range rows {
+		fmt.Printf("%12d %12d %10.1f %14.1f %10.1f %8.2f %8.2f\n", r.userRanges, r.totalRanges, r.startup.Seconds(), r.idleCPUPercent,
+			float64(r.put.Ops)/r.put.Elapsed.Seconds(), ms(r.put.All.P50), ms(r.put.All.P99))
+	}
+	if len(rows) > 1 {
+		base := rows[0]
+		for _, r := range rows[1:] {
+			fmt.Printf("put throughput at %d ranges / at %d ranges: %.2f\n", r.totalRanges, base.totalRanges,
+				(float64(r.put.Ops)/r.put.Elapsed.Seconds())/(float64(base.put.Ops)/base.put.Elapsed.Seconds()))
+		}
+	}
+	if o.out == "" {
+		return nil
+	}
+	return writeRangesOutput(o.out, m, rows)
+}
+
+
+func benchRangesOne(ctx context.Context, o benchRangesOptions, n int) (rangesRow, error) {
+	row := rangesRow{userRanges: n}
+	fmt.Printf("[%d ranges] starting a 3-node cluster in this process...\n", n)
+	start := time.Now()
+	c, err := testcluster.Start(testcluster.Options{
+		Nodes: 3, InitialRanges: n, TickInterval: 100 * time.Millisecond, ReadyTimeout: o.readyMax,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+	})
+	if err != nil {
+		return row, err
+	}
+	defer c.Close()
+	row.startup = time.Since(start)
+	descs, err := c.RangeDescriptors(ctx)
+	if err != nil {
+		return row, err
+	}
+	row.totalRanges = len(descs)
+	fmt.Printf("[%d ranges] up in %.1fs with %d ranges; measuring idle CPU for %v...\n", n, row.startup.Seconds(), row.totalRanges, o.idle)
+	cpu0, t0 := kvbench.ProcessCPU(), time.Now()
+	select {
+	case <-time.After(o.idle):
+	case <-ctx.Done():
+		return row, ctx.Err()
+	}
+	row.idleCPUPercent = 100 * float64(kvbench.ProcessCPU()-cpu0) / float64(time.Since(t0))
+	db, err := client.Open(ctx, c.Addrs())
+	if err != nil {
+		return row, err
+	}
+	defer db.Close()
+	fmt.Printf("[%d ranges] idle: %.1f%% of a core; loading %d keys...\n", n, row.idleCPUPercent, o.kv.Keys)
+	if err := kvbench.Load(ctx, db, o.kv); err != nil {
+		return row, err
+	}
+	kv := o.kv
+	kv.Progress = os.Stderr
+	row.put, err = kvbench.Run(ctx, db, kv, 0, o.concurrency)
+	return row, err
+}
+
+func writeRangesOutput(out string, m bench.Machine, rows []rangesRow) error {
+	f, err := os.Create(out + ".csv")
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write([]string{"user_ranges", "all_ranges", "startup_s", "idle_cpu_percent_of_core", "put_ops_per_s", "put_p50_ms", "put_p99_ms", "put_errors", "machine"})
+	for _, r := range rows {
+		_ = w.Write([]string{strconv.Itoa(r.userRanges), strconv.Itoa(r.totalRanges), fmt.Sprintf("%.1f", r.startup.Seconds()),
+			fmt.Sprintf("%.2f", r.idleCPUPercent), fmt.Sprintf("%.1f", float64(r.put.Ops)/r.put.Elapsed.Seconds()),
+			fmt.Sprintf("%.2f", ms(r.put.All.P50)), fmt.Sprintf("%.2f", ms(r.put.All.P99)), strconv.FormatInt(r.put.Errors, 10), m.String()})
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	var xs, idle, puts []float64
+	for _, r := range rows {
+		xs = append(xs, float64(r.totalRanges))
+		idle = append(idle, r.idleCPUPercent)
+		puts = append(puts, float64(r.put.Ops)/r.put.Elapsed.Seconds())
+	}
+	img := plot.Grid("canopy bench ranges", m.String(), 2, 560, 360,
+		plot.LineChart{Title: "idle CPU", XLabel: "ranges", YLabel: "% of one core", LogX: true, Series: []plot.Series{{Name: "idle", X: xs, Y: idle}}},
+		plot.LineChart{Title: "puts", XLabel: "ranges", YLabel: "ops/s", LogX: true, Series: []plot.Series{{Name: "put", X: xs, Y: puts}}},
+	)
+	if err := plot.WritePNG(out+".png", img); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s.csv and %s.png\n", out, out)
+	return nil
+}
