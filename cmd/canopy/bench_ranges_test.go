@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/canopy-db/canopy/internal/bench/kvbench"
+)
+
+// TestBenchRangesSmall runs `canopy bench ranges` at toy sizes and checks
+// that it writes its CSV (one row per cluster) and its plot, and refuses
+// out-of-range flags.
+func TestBenchRangesSmall(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "ranges")
+	o := benchRangesOptions{ranges: []int{1, 3}, idle: 100 * time.Millisecond, concurrency: 2, readyMax: 2 * time.Minute, out: out,
+		kv: kvbench.Options{ValueBytes: 16, Keys: 20, Duration: 200 * time.Millisecond, OpsMax: 100}}
+	if err := runBenchRanges(context.Background(), o, "test"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out + ".csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) != 3 {
+		t.Fatalf("CSV has %d lines, want a header and 2 rows:\n%s", len(lines), b)
+	}
+	if _, err := os.Stat(out + ".png"); err != nil {
+		t.Fatal(err)
+	}
+	o.ranges = []int{0}
+	if err := runBenchRanges(context.Background(), o, "test"); err == nil {
+		t.Fatal("--ranges 0 accepted")
+	}
+}
