@@ -24,11 +24,6 @@ type DB struct {
 	resolver *intentResolver
 	stats    stats
 
-	// newWriter builds the write path of a new transaction. It is the seam
-	// where pipelined writes, parallel commits, 1PC and the hierarchical
-	// protocol plug in (see writer.go).
-	newWriter func(t *Txn) writePath
-
 	// ctx is the background context of the DB's goroutines (oracle RPCs,
 	// heartbeats, intent resolution); Close cancels it.
 	ctx       context.Context
@@ -59,7 +54,6 @@ func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) 
 	db.cache = newRangeCache()
 	db.sender = &sender{opts: &db.opts, nodes: db.nodes, cache: db.cache}
 	db.oracle = newOracle(bg, db.sender, &db.opts)
-	db.newWriter = newSyncWriter
 	info, err := db.ClusterInfo(ctx)
 	if err != nil {
 		db.Close()

@@ -61,10 +61,12 @@
 //	sender.go           routing, redirects, retries, ambiguity, per-range batches
 //	oracle.go           batched timestamp requests
 //	kv.go               single-key operations
-//	txn.go              Txn, Begin, DB.Txn retry loop
-//	writer.go           the pluggable write path (pipelining, parallel commits, 1PC later)
-//	txn_commit.go       refresh, commit point, ambiguous-commit lookup
+//	txn.go              Txn (the top of the coordinator), Begin, DB.Txn retry loop
+//	txn_layers.go       the coordinator's stack of layers: their order and interface
+//	heartbeat.go        layer: the heartbeat record
+//	txn_commit.go       Commit; layer: the commit point, ambiguous-commit lookup
+//	txn_refresh.go      layer: the read set and the serializable refresh
+//	txn_wire.go         layer (bottom): requests to RPCs, others' intents met
 //	intent_resolver.go  resolving others' intents; async cleanup of ours
-//	heartbeat.go        the heartbeat record
 //	status.go           status-table reads and put-unless-exists
 package client

@@ -2,14 +2,16 @@ package client
 
 import (
 	"context"
-
-	"github.com/canopy-db/canopy/internal/tso"
+	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/canopy-db/canopy/internal/tso"
 )
 
-// heartbeat keeps a transaction's heartbeat record (keys.HeartbeatKey of
-// its start_ts: an 8-byte big-endian expiry in Unix ms) in the future while
+// txnHeartbeater is the top layer of the coordinator (txn_layers.go). It
+// keeps a transaction's heartbeat record (keys.HeartbeatKey of its
+// start_ts: an 8-byte big-endian expiry in Unix ms) in the future while
 // the transaction runs, so that readers meeting its intents wait instead
 // of aborting it.
 //
@@ -22,13 +24,20 @@ import (
 // than HeartbeatTTL/5 when it writes its first intent. This saves one Raft
 // write before the first intent and one delete after the decision.
 //
+// Requests: before the first opWrite goes down, the heartbeat starts;
+// after opCommit or opAbort comes back (whatever the outcome), it stops.
+// Everything else passes through.
+//
 // Rejected: writing the record before the first intent (one more Raft
 // round on every transaction's critical path, for the rare long one).
 //
 // Liveness only: if refreshes fail and the record expires, a reader may
 // abort the transaction with put-unless-exists; its own commit
 // put-unless-exists then fails and the commit is reported retryable (I1).
-type heartbeat struct {
+type txnHeartbeater struct {
+	next txnLayer
+	cfg  heartbeatConfig
+
 	mu struct {
 		sync.Mutex
 		// written: a write of the record may have been applied (the record
@@ -42,39 +51,72 @@ type heartbeat struct {
 	}
 }
 
-// ensureHeartbeat starts keeping the transaction alive, once per
-// transaction, before its first intent. It writes the record at once only
-// if the transaction is already too old for the implicit lifetime to
-// cover the wait for the first refresh.
-func (t *Txn) ensureHeartbeat(ctx context.Context) error {
-	h := &t.hb
+// heartbeatConfig is what a heartbeater needs from its DB and transaction.
+type heartbeatConfig struct {
+	startTs uint64
+	// ttl is Options.HeartbeatTTL; the record is refreshed every ttl/5.
+	ttl time.Duration
+	// lifetimeMax is Options.TxnLifetimeMax.
+	lifetimeMax time.Duration
+	clock       func() time.Time
+	logger      *slog.Logger
+	// bg is the DB's background context: refreshes end when it does.
+	bg context.Context
+	// putRecord writes the heartbeat record with the given expiry.
+	putRecord func(ctx context.Context, expiry time.Time) error
+	// ticks, if not nil, replaces the refresh ticker (step tests).
+	ticks <-chan time.Time
+}
+
+func newHeartbeater(next txnLayer, cfg heartbeatConfig) *txnHeartbeater {
+	return &txnHeartbeater{next: next, cfg: cfg}
+}
+
+func (h *txnHeartbeater) send(ctx context.Context, r *txnReq) (*txnResp, error) {
+	switch r.op {
+	case opWrite:
+		if err := h.ensure(ctx); err != nil {
+			return nil, err
+		}
+	case opCommit, opAbort:
+		resp, err := h.next.send(ctx, r)
+		h.stop()
+		return resp, err
+	}
+	return h.next.send(ctx, r)
+}
+
+// ensure starts keeping the transaction alive, once per transaction,
+// before its first intent. It writes the record at once only if the
+// transaction is already too old for the implicit lifetime to cover the
+// wait for the first refresh.
+func (h *txnHeartbeater) ensure(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.mu.stopped {
+		return invalidArgf("transaction %d is finished", h.cfg.startTs)
+	}
 	if h.mu.running {
 		return nil
 	}
-	if h.mu.stopped {
-		return invalidArgf("transaction %d is finished", t.startTs)
-	}
-	db := t.db
-	age := db.opts.Clock().Sub(time.UnixMilli(startMillis(t.startTs)))
-	if age >= db.opts.HeartbeatTTL/5 {
+	age := h.cfg.clock().Sub(time.UnixMilli(startMillis(h.cfg.startTs)))
+	if age >= h.cfg.ttl/5 {
 		h.mu.written = true
-		if err := db.plainPut(ctx, t.heartbeatKey, heartbeatValue(db.opts.Clock().Add(db.opts.HeartbeatTTL)), false); err != nil {
+		if err := h.cfg.putRecord(ctx, h.cfg.clock().Add(h.cfg.ttl)); err != nil {
 			return err
 		}
 	}
 	h.mu.running = true
 	h.mu.stop = make(chan struct{})
 	h.mu.done = make(chan struct{})
-	go t.heartbeatLoop(h.mu.stop, h.mu.done)
+	go h.loop(h.mu.stop, h.mu.done)
 	return nil
 }
 
 // markWritten records, unless the heartbeat was stopped, that a write of
 // the record is about to be sent (so the record is deleted after the
 // decision). It reports whether to send it.
-func (h *heartbeat) markWritten() bool {
+func (h *txnHeartbeater) markWritten() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.mu.stopped {
@@ -84,46 +126,48 @@ func (h *heartbeat) markWritten() bool {
 	return true
 }
 
-func (t *Txn) heartbeatLoop(stop <-chan struct{}, done chan<- struct{}) {
+func (h *txnHeartbeater) loop(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	db := t.db
-	interval := db.opts.HeartbeatTTL / 5
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	lifetime := time.NewTimer(db.opts.TxnLifetimeMax)
+	interval := h.cfg.ttl / 5
+	ticks := h.cfg.ticks
+	if ticks == nil {
+		ticker := time.NewTicker(interval)
+		defer ticker.Stop()
+		ticks = ticker.C
+	}
+	lifetime := time.NewTimer(h.cfg.lifetimeMax)
 	defer lifetime.Stop()
 	for {
 		select {
 		case <-stop:
 			return
-		case <-db.ctx.Done():
+		case <-h.cfg.bg.Done():
 			return
 		case <-lifetime.C:
-			db.opts.Logger.Warn("canopy client: transaction neither committed nor rolled back within TxnLifetimeMax; heartbeat stopped",
-				"start_ts", t.startTs, "lifetime", db.opts.TxnLifetimeMax)
+			h.cfg.logger.Warn("canopy client: transaction neither committed nor rolled back within TxnLifetimeMax; heartbeat stopped",
+				"start_ts", h.cfg.startTs, "lifetime", h.cfg.lifetimeMax)
 			return
-		case <-ticker.C:
-			if !t.hb.markWritten() {
+		case <-ticks:
+			if !h.markWritten() {
 				return
 			}
 			// Each refresh is bounded by the interval so that refreshes
 			// never pile up; a missed one is covered by the next (the TTL
 			// spans five intervals).
-			ctx, cancel := context.WithTimeout(db.ctx, interval)
-			err := db.plainPut(ctx, t.heartbeatKey, heartbeatValue(db.opts.Clock().Add(db.opts.HeartbeatTTL)), false)
+			ctx, cancel := context.WithTimeout(h.cfg.bg, interval)
+			err := h.cfg.putRecord(ctx, h.cfg.clock().Add(h.cfg.ttl))
 			cancel()
-			if err != nil && db.ctx.Err() == nil {
-				db.opts.Logger.Debug("canopy client: heartbeat refresh failed", "start_ts", t.startTs, "err", err)
+			if err != nil && h.cfg.bg.Err() == nil {
+				h.cfg.logger.Debug("canopy client: heartbeat refresh failed", "start_ts", h.cfg.startTs, "err", err)
 			}
 		}
 	}
 }
 
-// stopHeartbeat ends the refreshes. It reports whether the record may
-// exist, and a channel closed once no refresh can be in flight (nil if
-// none was started).
-func (t *Txn) stopHeartbeat() (written bool, done <-chan struct{}) {
-	h := &t.hb
+// stop ends the refreshes; it may be called more than once. It reports
+// whether the record may exist, and a channel closed once no refresh can
+// be in flight (nil if none was started).
+func (h *txnHeartbeater) stop() (written bool, done <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.mu.running && !h.mu.stopped {
@@ -133,11 +177,11 @@ func (t *Txn) stopHeartbeat() (written bool, done <-chan struct{}) {
 	return h.mu.written, h.mu.done
 }
 
-// heartbeatWritten reports whether the record may exist.
-func (t *Txn) heartbeatWritten() bool {
-	t.hb.mu.Lock()
-	defer t.hb.mu.Unlock()
-	return t.hb.mu.written
+// written reports whether the record may exist.
+func (h *txnHeartbeater) written() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mu.written
 }
 
 // startMillis returns the wall-clock milliseconds of an oracle timestamp

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/canopy-db/canopy/internal/keys"
@@ -22,17 +23,23 @@ func (db *DB) statusKey(startTs uint64) []byte { return keys.StatusKey(db.enc.Ke
 func (db *DB) statusValue(startTs, commitTs uint64) ([]byte, error) {
 	v, err := db.enc.EncodeValue(startTs, commitTs)
 	if err != nil {
-		return nil, fmt.Errorf("%w: status of %d: %w", ErrInternal, startTs, err)
+		return nil, fmt.Errorf("%w: %w: status of %d: %w", ErrInternal, errBadStatus, startTs, err)
 	}
 	return v, nil
 }
 
+// errBadStatus marks (beside ErrInternal) a status value that does not
+// encode, or a status record that does not decode (corruption). The
+// committer does not look such a record up: a lookup would find the same.
+var errBadStatus = errors.New("bad status value")
+
 // decodeStatus decodes a status record. A record that does not decode is
-// corruption, never "pending" or "aborted" (txnstatus contract 4).
+// corruption (ErrInternal and errBadStatus), never "pending" or
+// "aborted" (txnstatus contract 4).
 func (db *DB) decodeStatus(startTs uint64, v []byte) (commitTs uint64, aborted bool, err error) {
 	commitTs, aborted, err = db.enc.DecodeValue(startTs, v)
 	if err != nil {
-		return 0, false, fmt.Errorf("%w: status record of %d: %w", ErrInternal, startTs, err)
+		return 0, false, fmt.Errorf("%w: %w: status record of %d: %w", ErrInternal, errBadStatus, startTs, err)
 	}
 	return commitTs, aborted, nil
 }

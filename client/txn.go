@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -15,31 +16,28 @@ import (
 // put-unless-exists in the status table. Its methods may be called from
 // several goroutines; operations then run concurrently.
 //
-// Outline:
+// Txn is the top of the transaction's coordinator, a stack of layers
+// (txn_layers.go: heartbeater, committer, span refresher, wire). Txn
+// itself checks arguments and limits, and keeps what outlives the layers:
 //
-//   - Begin takes start_ts from the oracle.
-//   - Get and Scan read at start_ts (seeing the transaction's own intents),
-//     and record the key or span read for the serializable commit check.
-//     Intents of others are resolved by their status (resolveForeign).
-//   - The first Put or Delete writes the heartbeat record; each write then
-//     goes through the writePath (by default one PutIntentRequest). The
-//     write set is recorded before the request is sent, so that an intent
-//     whose write failed ambiguously is still resolved after the decision.
-//   - Commit (txn_commit.go): a read-only transaction is done. Otherwise the
-//     writePath commits: commit_ts from the oracle, the refresh of all reads
-//     (serializable), put-unless-exists of the committed status.
-//   - After the decision, the intents and heartbeat record are cleaned up
-//     asynchronously (intentResolver).
-//
-// A retryable error (conflict) poisons the transaction: every later
-// operation and Commit return it, and only Rollback remains.
+//   - the state (pending, committing, decided), and the poison: a
+//     retryable error (conflict) makes every later operation and Commit
+//     return it, and only Rollback remains;
+//   - the write set, recorded before a write goes down the stack, so that
+//     an intent whose write failed ambiguously is still resolved after the
+//     decision;
+//   - the decision's aftermath: the intents and heartbeat record are
+//     cleaned up asynchronously (intentResolver).
 type Txn struct {
 	db           *DB
 	opts         TxnOptions
 	startTs      uint64
 	heartbeatKey []byte
-	writer       writePath
-	hb           heartbeat
+
+	// stack is the top layer of the coordinator; hb is its heartbeater,
+	// asked at the decision whether a record may exist.
+	stack txnLayer
+	hb    *txnHeartbeater
 
 	// opMu orders operations before the decision: every operation holds it
 	// shared while it runs, and Commit and Rollback take it exclusively to
@@ -53,11 +51,6 @@ type Txn struct {
 		state txnState
 		// err, once set, is what every later operation returns.
 		err error
-		// reads are the keys (End empty) and spans read, logical keys.
-		// Invariant: len(reads) <= Options.ReadSpansMax.
-		reads []*rpcpb.Span
-		// readKeys dedupes point reads in reads.
-		readKeys map[string]struct{}
 		// writes is the write set, logical keys; writeKeys holds them in
 		// first-write order. Invariant: len(writeKeys) == len(writes) <=
 		// Options.TxnKeysMax.
@@ -101,9 +94,25 @@ func (db *DB) begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 	}
 	t := &Txn{db: db, opts: o, startTs: ts, heartbeatKey: keys.HeartbeatKey(ts)}
 	t.mu.writes = map[string]struct{}{}
-	t.mu.readKeys = map[string]struct{}{}
-	t.writer = db.newWriter(t)
+	t.buildStack()
 	return t, nil
+}
+
+// buildStack assembles the coordinator's layers in the order
+// txn_layers.go gives, bottom up.
+func (t *Txn) buildStack() {
+	db := t.db
+	var l txnLayer = &txnWire{t: t}
+	l = newSpanRefresher(l, t.opts.Isolation == Serializable, db.opts.ReadSpansMax)
+	l = &txnCommitter{next: l, startTs: t.startTs, abortTimeout: db.opts.AbortTimeout, logger: db.opts.Logger, stats: &db.stats}
+	t.hb = newHeartbeater(l, heartbeatConfig{
+		startTs: t.startTs, ttl: db.opts.HeartbeatTTL, lifetimeMax: db.opts.TxnLifetimeMax,
+		clock: db.opts.Clock, logger: db.opts.Logger, bg: db.ctx,
+		putRecord: func(ctx context.Context, expiry time.Time) error {
+			return db.plainPut(ctx, t.heartbeatKey, heartbeatValue(expiry), false)
+		},
+	})
+	t.stack = t.hb
 }
 
 // StartTs is the transaction's start timestamp: it reads the snapshot at
@@ -152,28 +161,6 @@ func (t *Txn) fail(err error) error {
 	return err
 }
 
-// recordRead adds a read key or span, enforcing ReadSpansMax.
-func (t *Txn) recordRead(sp *rpcpb.Span) error {
-	if t.opts.Isolation != Serializable {
-		return nil
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(sp.GetEnd()) == 0 {
-		if _, ok := t.mu.readKeys[string(sp.GetStart())]; ok {
-			return nil
-		}
-	}
-	if len(t.mu.reads) >= t.db.opts.ReadSpansMax {
-		return invalidArgf("transaction reads more than ReadSpansMax=%d keys and spans", t.db.opts.ReadSpansMax)
-	}
-	t.mu.reads = append(t.mu.reads, sp)
-	if len(sp.GetEnd()) == 0 {
-		t.mu.readKeys[string(sp.GetStart())] = struct{}{}
-	}
-	return nil
-}
-
 // addWrite adds k to the write set, enforcing TxnKeysMax.
 func (t *Txn) addWrite(k []byte) error {
 	t.mu.Lock()
@@ -200,18 +187,11 @@ func (t *Txn) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
 	if err := t.usable(); err != nil {
 		return nil, false, err
 	}
-	k := keys.UserKey(key)
-	if err := t.recordRead(&rpcpb.Span{Start: k}); err != nil {
-		return nil, false, err
-	}
-	if err := t.writer.beforeRead(ctx, k, nil); err != nil {
-		return nil, false, t.fail(err)
-	}
-	r, err := t.db.get(ctx, k, t.startTs, t.startTs, t.waiter())
+	r, err := t.stack.send(ctx, &txnReq{op: opGet, key: keys.UserKey(key)})
 	if err != nil {
 		return nil, false, t.fail(err)
 	}
-	return r.GetValue(), r.GetFound(), nil
+	return r.value, r.found, nil
 }
 
 // Scan reads [start, end) in the transaction's snapshot (and its own
@@ -227,26 +207,11 @@ func (t *Txn) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyValu
 	if err := t.usable(); err != nil {
 		return nil, err
 	}
-	if err := t.writer.beforeRead(ctx, ls, le); err != nil {
-		return nil, t.fail(err)
-	}
-	kvs, err := t.db.sender.scan(ctx, ls, le, t.startTs, t.startTs, limit, t.db.opts.ScanKeysMax, t.db.opts.IntentRoundsMax,
-		func(ctx context.Context, intents []*rpcpb.Intent) error {
-			return t.db.resolveForeign(ctx, intents, t.waiter())
-		})
+	r, err := t.stack.send(ctx, &txnReq{op: opScan, key: ls, end: le, limit: limit})
 	if err != nil {
 		return nil, t.fail(err)
 	}
-	// The span read: up to the last key returned when the limit cut the
-	// scan short (keys after it were not read, so need no check).
-	spanEnd := le
-	if limit > 0 && len(kvs) == limit {
-		spanEnd = keys.Next(kvs[len(kvs)-1].GetKey())
-	}
-	if err := t.recordRead(&rpcpb.Span{Start: ls, End: spanEnd}); err != nil {
-		return nil, err
-	}
-	return userKVs(kvs)
+	return userKVs(r.kvs)
 }
 
 // Put writes key = value in the transaction.
@@ -275,10 +240,8 @@ func (t *Txn) write(ctx context.Context, key, value []byte, del bool) error {
 	if err := t.addWrite(k); err != nil {
 		return err
 	}
-	if err := t.ensureHeartbeat(ctx); err != nil {
-		return t.fail(err)
-	}
-	return t.fail(t.writer.write(ctx, k, value, del))
+	_, err := t.stack.send(ctx, &txnReq{op: opWrite, key: k, value: value, del: del})
+	return t.fail(err)
 }
 
 // Rollback aborts the transaction: it writes "aborted" in the status table
@@ -320,25 +283,25 @@ func (t *Txn) abort(ctx context.Context) (decision, error) {
 	t.mu.Lock()
 	wrote := len(t.mu.writeKeys) > 0
 	t.mu.Unlock()
-	if !wrote && !t.heartbeatWritten() {
+	if !wrote && !t.hb.written() {
 		t.finish(ctx, decision{})
 		return decision{}, nil
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.db.opts.AbortTimeout)
 	defer cancel()
-	d, err := t.db.abortTxn(actx, t.startTs)
+	r, err := t.stack.send(actx, &txnReq{op: opAbort})
 	if err != nil {
 		// Not decided: stop heartbeating, so that others abort it once the
 		// record expires. It does not commit: no commit point was applied
 		// (callers after an ambiguous commit restore txnUnknown) and we
 		// make no further attempt.
-		t.stopHeartbeat()
+		t.hb.stop()
 		t.setState(txnAborted)
 		t.db.stats.aborts.add(1)
 		return decision{}, publicError(err)
 	}
-	t.finish(actx, d)
-	return d, nil
+	t.finish(actx, r.d)
+	return r.d, nil
 }
 
 func (t *Txn) setState(s txnState) {
@@ -362,7 +325,7 @@ func (t *Txn) finish(ctx context.Context, d decision) {
 	} else {
 		t.db.stats.commits.add(1)
 	}
-	written, done := t.stopHeartbeat()
+	written, done := t.hb.stop()
 	if len(ks) == 0 && !written {
 		return
 	}

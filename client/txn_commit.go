@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
-	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/txnstatus"
 )
 
 // Commit commits the transaction. It returns nil exactly when the
@@ -34,17 +36,17 @@ func (t *Txn) Commit(ctx context.Context) error {
 		_, _ = t.abort(ctx)
 		return poisoned
 	}
-	if !wrote && !t.heartbeatWritten() {
+	if !wrote && !t.hb.written() {
 		t.finish(ctx, decision{commitTs: t.startTs})
 		return nil
 	}
-	commitTs, err := t.writer.commit(ctx)
+	resp, err := t.stack.send(ctx, &txnReq{op: opCommit})
 	switch {
 	case err == nil:
-		t.finish(ctx, decision{commitTs: commitTs})
+		t.finish(ctx, decision{commitTs: resp.ts})
 		return nil
 	case errors.Is(err, ErrAmbiguous):
-		t.stopHeartbeat()
+		t.hb.stop()
 		t.setState(txnUnknown)
 		t.db.stats.ambiguous.add(1)
 		return err
@@ -59,125 +61,133 @@ func (t *Txn) Commit(ctx context.Context) error {
 	}
 }
 
-// commitStatusTable is the default protocol's commit (DESIGN.md step 4):
+// txnCommitter is the layer that decides (txn_layers.go): the default
+// protocol's commit (DESIGN.md step 4), on opCommit:
 //
-//  1. commit_ts from the oracle;
-//  2. serializable: refresh every read key and span over (start_ts,
-//     commit_ts] at its range; a change means abort (retryable);
-//  3. put-unless-exists(status key, committed at commit_ts): the commit
-//     point. Success: committed. An existing value decides instead (it can
-//     only be "aborted", written by a reader after our heartbeat expired).
-//  4. If the put's outcome is unknown: read the status. Present: it
-//     decides. Absent: put-unless-exists(aborted), whose outcome (or the
-//     value it finds) decides. Only if these fail too is the result
-//     ErrAmbiguous. The closure is never rerun before this is settled.
-func (t *Txn) commitStatusTable(ctx context.Context) (uint64, error) {
-	db := t.db
-	commitTs, err := db.oracle.timestamp(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if t.opts.Isolation == Serializable {
-		if err := t.refreshReads(ctx, commitTs); err != nil {
-			return 0, err
-		}
-	}
-	v, err := db.statusValue(t.startTs, commitTs)
-	if err != nil {
-		return 0, err
-	}
-	ok, existing, err := db.putUnlessExists(ctx, db.statusKey(t.startTs), v)
-	if err != nil {
-		return t.lookupUnknownCommit(ctx, err, commitTs)
-	}
-	if ok {
-		return commitTs, nil
-	}
-	return t.decideBy(existing, commitTs)
+//  1. commit_ts from the oracle (opTimestamp);
+//  2. the refresh of every read over (start_ts, commit_ts] (opRefresh,
+//     which the refresher below fills with the read set; serializable
+//     only); a change means abort (retryable);
+//  3. put-unless-exists(status key, committed at commit_ts) (opPutStatus):
+//     the commit point. Success: committed. An existing value decides
+//     instead (it can only be "aborted", written by a reader after our
+//     heartbeat expired).
+//  4. If the put's outcome is unknown: read the status (opGetStatus).
+//     Present: it decides. Absent: put-unless-exists(aborted), whose
+//     outcome (or the value it finds) decides. Only if these fail too is
+//     the result ErrAmbiguous. The closure is never rerun before this is
+//     settled.
+//
+// On opAbort it writes "aborted" with put-unless-exists and returns the
+// decision that holds (an existing commit wins). It keeps no state.
+type txnCommitter struct {
+	next    txnLayer
+	startTs uint64
+	// abortTimeout bounds the status lookup after an unknown outcome
+	// (Options.AbortTimeout), which runs even if the caller's ctx ended.
+	abortTimeout time.Duration
+	logger       *slog.Logger
+	stats        *stats
 }
 
-// decideBy reads a decision from an existing status value.
-func (t *Txn) decideBy(existing []byte, ourCommitTs uint64) (uint64, error) {
-	c, aborted, err := t.db.decodeStatus(t.startTs, existing)
+func (c *txnCommitter) send(ctx context.Context, r *txnReq) (*txnResp, error) {
+	switch r.op {
+	case opCommit:
+		ts, err := c.commit(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &txnResp{ts: ts}, nil
+	case opAbort:
+		pr, err := c.next.send(ctx, &txnReq{op: opPutStatus, ts: txnstatus.Aborted})
+		if err != nil {
+			return nil, err
+		}
+		if pr.won {
+			return &txnResp{d: decision{commitTs: txnstatus.Aborted}}, nil
+		}
+		return &txnResp{d: pr.d}, nil
+	}
+	return c.next.send(ctx, r)
+}
+
+func (c *txnCommitter) commit(ctx context.Context) (uint64, error) {
+	tr, err := c.next.send(ctx, &txnReq{op: opTimestamp})
 	if err != nil {
 		return 0, err
 	}
-	if aborted {
-		return 0, &RetryableError{Reason: ReasonAborted, Ts: t.startTs,
+	commitTs := tr.ts
+	if _, err := c.next.send(ctx, &txnReq{op: opRefresh, ts: commitTs}); err != nil {
+		return 0, err
+	}
+	pr, err := c.next.send(ctx, &txnReq{op: opPutStatus, ts: commitTs})
+	if errors.Is(err, errBadStatus) {
+		// Our value does not encode, or the put found a record that does
+		// not decode: a lookup would get no further.
+		return 0, err
+	}
+	if err != nil {
+		return c.lookupUnknownCommit(ctx, err, commitTs)
+	}
+	if pr.won {
+		return commitTs, nil
+	}
+	return c.decideBy(pr.d, commitTs)
+}
+
+// decideBy returns the outcome an existing decision gives us.
+func (c *txnCommitter) decideBy(d decision, ourCommitTs uint64) (uint64, error) {
+	if d.aborted() {
+		return 0, &RetryableError{Reason: ReasonAborted, Ts: c.startTs,
 			Msg: "another transaction aborted this one (its heartbeat had expired)"}
 	}
-	if c != ourCommitTs {
+	if d.commitTs != ourCommitTs {
 		// Only this transaction writes its committed value, once; the table
 		// is the truth all the same.
-		t.db.opts.Logger.Warn("canopy client: status table holds another commit timestamp for this transaction",
-			"start_ts", t.startTs, "ours", ourCommitTs, "recorded", c)
+		c.logger.Warn("canopy client: status table holds another commit timestamp for this transaction",
+			"start_ts", c.startTs, "ours", ourCommitTs, "recorded", d.commitTs)
 	}
-	return c, nil
+	return d.commitTs, nil
 }
 
 // lookupUnknownCommit settles a commit point whose put failed with cause.
 // Only ErrUnavailable proves the put was never applied; anything else may
 // have applied it.
-func (t *Txn) lookupUnknownCommit(ctx context.Context, cause error, commitTs uint64) (uint64, error) {
-	db := t.db
+func (c *txnCommitter) lookupUnknownCommit(ctx context.Context, cause error, commitTs uint64) (uint64, error) {
 	mayHaveApplied := !errors.Is(cause, ErrUnavailable)
 	// The caller's context may be what ended the put; the lookup is needed
 	// all the same, so it gets its own bound.
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), db.opts.AbortTimeout)
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.abortTimeout)
 	defer cancel()
 	unknown := func(err error) (uint64, error) {
 		if mayHaveApplied {
-			return 0, fmt.Errorf("%w: commit of transaction %d: %w; status lookup failed: %w", ErrAmbiguous, t.startTs, cause, err)
+			return 0, fmt.Errorf("%w: commit of transaction %d: %w; status lookup failed: %w", ErrAmbiguous, c.startTs, cause, err)
 		}
 		return 0, cause
 	}
-	found, v, err := db.plainGet(lctx, db.statusKey(t.startTs))
+	gr, err := c.next.send(lctx, &txnReq{op: opGetStatus})
+	if errors.Is(err, errBadStatus) {
+		return 0, err
+	}
 	if err != nil {
 		return unknown(err)
 	}
 	if mayHaveApplied {
-		db.stats.ambiguousResolved.add(1)
+		c.stats.ambiguousResolved.add(1)
 	}
-	if found {
-		return t.decideBy(v, commitTs)
+	if gr.found {
+		return c.decideBy(gr.d, commitTs)
 	}
-	d, err := db.abortTxn(lctx, t.startTs)
+	pr, err := c.next.send(lctx, &txnReq{op: opPutStatus, ts: txnstatus.Aborted})
+	if errors.Is(err, errBadStatus) {
+		return 0, err
+	}
 	if err != nil {
 		return unknown(err)
 	}
-	if d.aborted() {
-		return 0, &RetryableError{Reason: ReasonAborted, Ts: t.startTs,
+	if pr.won || pr.d.aborted() {
+		return 0, &RetryableError{Reason: ReasonAborted, Ts: c.startTs,
 			Msg: "commit outcome was unknown; settled by recording the transaction as aborted"}
 	}
-	return d.commitTs, nil
-}
-
-// refreshReads runs the serializable commit check. Intents the servers
-// report are resolved (waiting for live transactions, bounded) and the
-// check repeated.
-func (t *Txn) refreshReads(ctx context.Context, commitTs uint64) error {
-	t.mu.Lock()
-	spans := append([]*rpcpb.Span(nil), t.mu.reads...)
-	t.mu.Unlock()
-	if len(spans) == 0 {
-		return nil
-	}
-	db := t.db
-	for round := 0; ; round++ {
-		err := db.sender.refresh(ctx, spans, t.startTs, commitTs, t.startTs)
-		if err == nil {
-			return nil
-		}
-		var ke *kvError
-		if !errors.As(err, &ke) {
-			return err
-		}
-		if len(ke.pb.GetIntents()) > 0 && round < db.opts.IntentRoundsMax {
-			if err := db.resolveForeign(ctx, ke.pb.GetIntents(), t.waiter()); err != nil {
-				return err
-			}
-			continue
-		}
-		return &RetryableError{Reason: ReasonReadConflict, Ts: ke.pb.GetExistingTs(), Msg: ke.pb.GetMessage()}
-	}
+	return pr.d.commitTs, nil
 }

@@ -1,0 +1,175 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/txnstatus"
+)
+
+// A transaction's coordinator is a stack of layers, each with one concern
+// and its own state, modelled on CockroachDB's TxnCoordSender and its
+// interceptors. Txn (txn.go) sits on top: it checks arguments, keeps the
+// transaction's state (pending, committing, decided), its write set and its
+// poison error, and hands the cleanup to the intent resolver. Every
+// operation then goes down the stack as a txnReq, and every layer either
+// handles it, passes it on, or sends requests of its own to the layer
+// below. From the top:
+//
+//  1. txnHeartbeater (heartbeat.go): before the first write, starts
+//     keeping the transaction alive (writing the heartbeat record at once
+//     only if the transaction is already old); after the decision, stops.
+//     Top, because no write may reach the cluster before the transaction
+//     is provably alive to a reader, and the heartbeat must run until the
+//     layers below have finished committing.
+//  2. txnCommitter (txn_commit.go): the commit point. Takes commit_ts,
+//     asks for the refresh to it, writes the status with put-unless-exists,
+//     and settles an unknown outcome by looking the status up. Rollback's
+//     "aborted" is written here too.
+//  3. txnSpanRefresher (txn_refresh.go): records the keys and spans read
+//     (serializable only) and answers the committer's refresh request by
+//     sending them all to be checked over (start_ts, commit_ts].
+//  4. txnWire (txn_wire.go), the bottom: turns requests into RPCs through
+//     the DB's sender, resolving other transactions' intents it meets and
+//     mapping server outcomes to typed errors.
+//
+// Layers talk only through txnLayer, so each is tested step by step
+// against a scripted fake of the layer below (txn_layers_test.go and
+// testdata/).
+//
+// Set aside: an interface with one method per operation, each layer
+// embedding the one below so that pass-through is implicit. It reads well,
+// but the step tests want one place that sees every request a layer sends
+// down, and parallel commits and 1PC will add request kinds that pass
+// through most layers unchanged.
+
+// txnLayer is one layer of the coordinator. send handles r or passes it
+// down. It may be called concurrently while the transaction is pending
+// (operations of one transaction may run on several goroutines); Txn sends
+// opCommit or opAbort alone, after every operation has returned, and after
+// them only an opAbort (when the commit did not succeed).
+type txnLayer interface {
+	send(ctx context.Context, r *txnReq) (*txnResp, error)
+}
+
+// txnOp is the kind of a txnReq.
+type txnOp int
+
+const (
+	// Operations of the transaction, sent by Txn.
+	opGet txnOp = iota + 1
+	opScan
+	opWrite
+	opCommit
+	opAbort
+	// Requests layers send to the layers below.
+	opTimestamp // the committer: a commit timestamp
+	opRefresh   // the committer: check reads over (start_ts, ts]
+	opPutStatus // the committer: put-unless-exists of the status ts
+	opGetStatus // the committer: read the status
+)
+
+var opNames = [...]string{"?", "get", "scan", "write", "commit", "abort", "timestamp", "refresh", "put-status", "get-status"}
+
+func (o txnOp) String() string {
+	if int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return fmt.Sprintf("txnOp(%d)", int(o))
+}
+
+// txnReq is one request to a layer. Which fields count depends on op.
+type txnReq struct {
+	op txnOp
+	// key: get, write (logical key); scan: the start. end, limit: scan.
+	key   []byte
+	end   []byte
+	limit int
+	// value, del: write.
+	value []byte
+	del   bool
+	// seq: write, set by the sequence number layer (1, 2, ...).
+	seq uint64
+	// async: write, set by the pipeliner: send with async consensus.
+	async bool
+	// spans: refresh, set by the refresher.
+	spans []*rpcpb.Span
+	// ts: refresh (the commit timestamp to refresh to); put-status (the
+	// status to write: a commit timestamp, or txnstatus.Aborted).
+	ts uint64
+}
+
+// String is the request as step tests print it.
+func (r *txnReq) String() string {
+	var b strings.Builder
+	b.WriteString(r.op.String())
+	switch r.op {
+	case opGet:
+		fmt.Fprintf(&b, " %s", printable(r.key))
+	case opScan:
+		fmt.Fprintf(&b, " [%s, %s)", printable(r.key), printable(r.end))
+		if r.limit > 0 {
+			fmt.Fprintf(&b, " limit=%d", r.limit)
+		}
+	case opWrite:
+		if r.del {
+			fmt.Fprintf(&b, " %s=<delete>", printable(r.key))
+		} else {
+			fmt.Fprintf(&b, " %s=%s", printable(r.key), printable(r.value))
+		}
+		if r.seq != 0 {
+			fmt.Fprintf(&b, " seq=%d", r.seq)
+		}
+		if r.async {
+			b.WriteString(" async")
+		}
+	case opRefresh:
+		for _, sp := range r.spans {
+			if len(sp.GetEnd()) == 0 {
+				fmt.Fprintf(&b, " %s", printable(sp.GetStart()))
+			} else {
+				fmt.Fprintf(&b, " [%s, %s)", printable(sp.GetStart()), printable(sp.GetEnd()))
+			}
+		}
+		fmt.Fprintf(&b, " to %d", r.ts)
+	case opPutStatus:
+		if r.ts == txnstatus.Aborted {
+			b.WriteString(" aborted")
+		} else {
+			fmt.Fprintf(&b, " committed at %d", r.ts)
+		}
+	}
+	return b.String()
+}
+
+// txnResp is a layer's answer. Which fields count depends on the request.
+type txnResp struct {
+	// value, found: get. found: get-status (a record exists).
+	value []byte
+	found bool
+	// kvs: scan.
+	kvs []*rpcpb.KeyValue
+	// ts: timestamp; commit (the commit timestamp).
+	ts uint64
+	// won: put-status wrote our value (or found exactly it).
+	won bool
+	// d: put-status when not won (the decision that was there),
+	// get-status when found, abort (the decision that holds).
+	d decision
+}
+
+// printable returns k with its bytes outside printable ASCII escaped as
+// \xNN, for step-test output and messages.
+func printable(k []byte) string {
+	var b strings.Builder
+	for _, c := range k {
+		if c >= 0x20 && c < 0x7f && c != '\\' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "\\x%02x", c)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,144 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+)
+
+// txnWire is the bottom layer of the coordinator (txn_layers.go): it turns
+// each request into RPCs through the DB's sender and the server's answers
+// into responses and typed errors. It is where the transaction meets other
+// transactions' intents: reads, writes and the refresh resolve those they
+// meet by their writers' status (resolveForeign, waiting for a live writer
+// within the wait budget) and try again, at most Options.IntentRoundsMax
+// times. It keeps no state of its own.
+//
+//   - opGet, opScan: reads at start_ts that see the transaction's own
+//     intents.
+//   - opWrite: one PutIntentRequest. A newer committed version is a
+//     *RetryableError (ReasonWriteTooOld).
+//   - opTimestamp: the oracle.
+//   - opRefresh: RefreshRequests, one per range, in parallel; a change is a
+//     *RetryableError (ReasonReadConflict).
+//   - opPutStatus, opGetStatus: the status record (status.go). A record
+//     that does not decode is ErrInternal with errBadStatus.
+//
+// opCommit and opAbort never get here: the committer answers them.
+type txnWire struct {
+	t *Txn
+}
+
+func (w *txnWire) send(ctx context.Context, r *txnReq) (*txnResp, error) {
+	t := w.t
+	db := t.db
+	switch r.op {
+	case opGet:
+		g, err := db.get(ctx, r.key, t.startTs, t.startTs, t.waiter())
+		if err != nil {
+			return nil, err
+		}
+		return &txnResp{value: g.GetValue(), found: g.GetFound()}, nil
+	case opScan:
+		kvs, err := db.sender.scan(ctx, r.key, r.end, t.startTs, t.startTs, r.limit, db.opts.ScanKeysMax, db.opts.IntentRoundsMax,
+			func(ctx context.Context, intents []*rpcpb.Intent) error {
+				return db.resolveForeign(ctx, intents, t.waiter())
+			})
+		if err != nil {
+			return nil, err
+		}
+		return &txnResp{kvs: kvs}, nil
+	case opWrite:
+		return &txnResp{}, w.write(ctx, r)
+	case opTimestamp:
+		ts, err := db.oracle.timestamp(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &txnResp{ts: ts}, nil
+	case opRefresh:
+		return &txnResp{}, w.refresh(ctx, r.spans, r.ts)
+	case opPutStatus:
+		v, err := db.statusValue(t.startTs, r.ts)
+		if err != nil {
+			return nil, err
+		}
+		ok, existing, err := db.putUnlessExists(ctx, db.statusKey(t.startTs), v)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return &txnResp{won: true}, nil
+		}
+		c, _, err := db.decodeStatus(t.startTs, existing)
+		if err != nil {
+			return nil, err
+		}
+		return &txnResp{d: decision{commitTs: c}}, nil
+	case opGetStatus:
+		found, v, err := db.plainGet(ctx, db.statusKey(t.startTs))
+		if err != nil || !found {
+			return &txnResp{}, err
+		}
+		c, _, err := db.decodeStatus(t.startTs, v)
+		if err != nil {
+			return nil, err
+		}
+		return &txnResp{found: true, d: decision{commitTs: c}}, nil
+	}
+	panic(fmt.Sprintf("client: %v reached the bottom of the transaction's layers", r.op))
+}
+
+// write sends one PutIntentRequest, resolving the intents of others it
+// meets.
+func (w *txnWire) write(ctx context.Context, r *txnReq) error {
+	t := w.t
+	req := &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PutIntent{PutIntent: &rpcpb.PutIntentRequest{
+		Key: r.key, Value: r.value, Delete: r.del, Txn: t.meta(),
+	}}}
+	for round := 0; ; round++ {
+		_, err := t.db.sender.sendOne(ctx, true, req)
+		pb, ok := asKVError(err, rpcpb.ErrorCode_WRITE_CONFLICT)
+		if !ok {
+			return err
+		}
+		if len(pb.GetIntents()) > 0 {
+			if round >= t.db.opts.IntentRoundsMax {
+				return &RetryableError{Reason: ReasonIntentPending, Key: r.key, Ts: pb.GetIntents()[0].GetTxn().GetStartTs(),
+					Msg: fmt.Sprintf("intents kept appearing after %d rounds (IntentRoundsMax)", round)}
+			}
+			if err := t.db.resolveForeign(ctx, pb.GetIntents(), t.waiter()); err != nil {
+				return err
+			}
+			continue
+		}
+		return &RetryableError{Reason: ReasonWriteTooOld, Key: r.key, Ts: pb.GetExistingTs(), Msg: pb.GetMessage()}
+	}
+}
+
+// refresh runs the serializable commit check over spans. Intents the
+// servers report are resolved (waiting for live transactions, bounded)
+// and the check repeated.
+func (w *txnWire) refresh(ctx context.Context, spans []*rpcpb.Span, commitTs uint64) error {
+	t := w.t
+	db := t.db
+	for round := 0; ; round++ {
+		err := db.sender.refresh(ctx, spans, t.startTs, commitTs, t.startTs)
+		if err == nil {
+			return nil
+		}
+		var ke *kvError
+		if !errors.As(err, &ke) {
+			return err
+		}
+		if len(ke.pb.GetIntents()) > 0 && round < db.opts.IntentRoundsMax {
+			if err := db.resolveForeign(ctx, ke.pb.GetIntents(), t.waiter()); err != nil {
+				return err
+			}
+			continue
+		}
+		return &RetryableError{Reason: ReasonReadConflict, Ts: ke.pb.GetExistingTs(), Msg: ke.pb.GetMessage()}
+	}
+}
