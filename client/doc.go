@@ -47,6 +47,16 @@
 //  7. Routing is the client's job: range descriptors are cached and fixed
 //     up after splits and lease moves, and requests are retried on other
 //     nodes, all within ctx and Options.SendAttemptsMax.
+//  8. Pipelining (Options.Pipelining, WithPipelining; off by default for
+//     now): a transactional Put or Delete returns once the leaseholder has
+//     evaluated and proposed it, before it is replicated. The transaction
+//     proves such a write before a later read or write of its key and
+//     before Commit's commit point; one that failed to replicate makes that
+//     operation or Commit return *RetryableError with
+//     ReasonPipelinedWriteFailed. A transaction never commits without every
+//     write it was told succeeded. Pipelined bytes not yet proven are
+//     bounded by Options.PipelinedBytesMax, beyond which writes wait for
+//     replication again.
 //
 // A transaction's liveness is its heartbeat record, refreshed every
 // HeartbeatTTL/5. If a client stalls or dies, others abort its pending
@@ -64,6 +74,8 @@
 //	txn.go              Txn (the top of the coordinator), Begin, DB.Txn retry loop
 //	txn_layers.go       the coordinator's stack of layers: their order and interface
 //	heartbeat.go        layer: the heartbeat record
+//	txn_seq.go          layer: sequence numbers of writes
+//	txn_pipeliner.go    layer: pipelined writes in flight, their proofs
 //	txn_commit.go       Commit; layer: the commit point, ambiguous-commit lookup
 //	txn_refresh.go      layer: the read set and the serializable refresh
 //	txn_wire.go         layer (bottom): requests to RPCs, others' intents met

@@ -56,6 +56,13 @@ const (
 	// of transactions waiting for each other's intents, and was the one
 	// chosen to give way (the youngest).
 	ReasonDeadlock
+	// ReasonPipelinedWriteFailed: a write sent with pipelining (answered
+	// once proposed, before it was replicated) was not found when the
+	// transaction proved it, before a later read or write of its key or
+	// before the commit point: its replication failed (the proposal was
+	// dropped, or lost in a change of leader). The transaction did not
+	// commit.
+	ReasonPipelinedWriteFailed
 )
 
 func (r RetryReason) String() string {
@@ -70,6 +77,8 @@ func (r RetryReason) String() string {
 		return "aborted"
 	case ReasonDeadlock:
 		return "deadlock victim"
+	case ReasonPipelinedWriteFailed:
+		return "pipelined write failed"
 	}
 	return fmt.Sprintf("RetryReason(%d)", int(r))
 }

@@ -27,6 +27,11 @@ import (
 //
 // Simplification: a batch that fails part-way keeps the writes before the
 // failing request (the client sends conflicting writes one per batch).
+//
+// Pipelining: a batch with async_consensus (PutIntents only) is evaluated
+// like any other; a write that "fails to replicate" (dropAsync says so) is
+// answered as written but leaves the key as it was, so that a later
+// QueryIntent does not find it.
 type fakeCluster struct {
 	t   testing.TB
 	enc txnstatus.Encoding
@@ -54,6 +59,11 @@ type fakeCluster struct {
 		beforeBatch func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse
 		afterBatch  func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse
 		tsGate      chan struct{} // Timestamps waits until it is closed
+		// dropAsync, if set, says which pipelined writes fail to
+		// replicate (called with mu held).
+		dropAsync func(key []byte) bool
+		// asyncBatches counts batches sent with async_consensus.
+		asyncBatches int
 	}
 	tsEntered chan struct{} // receives one value per Timestamps RPC entering the gate
 	nodes     []*fakeNode
@@ -203,6 +213,19 @@ func (c *fakeCluster) setBeforeBatch(f func(node uint64, req *rpcpb.BatchRequest
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.mu.beforeBatch = f
+}
+
+// setDropAsync sets which pipelined writes fail to replicate.
+func (c *fakeCluster) setDropAsync(f func(key []byte) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.dropAsync = f
+}
+
+func (c *fakeCluster) asyncBatchCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.asyncBatches
 }
 
 func (c *fakeCluster) setAfterBatch(f func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse) {
@@ -442,11 +465,32 @@ func (c *fakeCluster) evalLocked(node uint64, req *rpcpb.BatchRequest) *rpcpb.Ba
 			return &rpcpb.BatchResponse{Error: &rpcpb.Error{Code: rpcpb.ErrorCode_RANGE_KEY_MISMATCH, Range: d, Message: "fake: key outside range"}}
 		}
 	}
+	if req.AsyncConsensus {
+		for _, r := range req.Requests {
+			if r.GetPutIntent() == nil {
+				return errResp(rpcpb.ErrorCode_INVALID_ARGUMENT, "fake: async_consensus for a request other than PutIntent")
+			}
+		}
+		c.mu.asyncBatches++
+	}
 	out := &rpcpb.BatchResponse{}
 	for _, r := range req.Requests {
+		var prior fakeIntent
+		var hadPrior bool
+		if req.AsyncConsensus {
+			prior, hadPrior = c.mu.intents[string(r.GetPutIntent().GetKey())]
+		}
 		resp, e := c.evalOneLocked(r)
 		if e != nil {
 			return &rpcpb.BatchResponse{Error: e}
+		}
+		if k := r.GetPutIntent().GetKey(); req.AsyncConsensus && c.mu.dropAsync != nil && c.mu.dropAsync(k) {
+			// Evaluated and answered, but the proposal never applies.
+			if hadPrior {
+				c.mu.intents[string(k)] = prior
+			} else {
+				delete(c.mu.intents, string(k))
+			}
 		}
 		out.Responses = append(out.Responses, resp)
 	}
@@ -600,6 +644,11 @@ func (c *fakeCluster) evalOneLocked(r *rpcpb.RequestUnion) (*rpcpb.ResponseUnion
 			return nil, &rpcpb.Error{Code: rpcpb.ErrorCode_READ_CONFLICT, Intents: intents, Message: "fake: intents in refresh spans"}
 		}
 		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_Refresh{Refresh: &rpcpb.RefreshResponse{}}}, nil
+	case *rpcpb.RequestUnion_QueryIntent:
+		q := v.QueryIntent
+		in, ok := c.mu.intents[string(q.Key)]
+		found := ok && in.txn.StartTs == q.TxnStart && rpcpb.IntentValueHash(in.value, in.del) == q.ValueHash
+		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_QueryIntent{QueryIntent: &rpcpb.QueryIntentResponse{Found: found}}}, nil
 	case *rpcpb.RequestUnion_PlainGet:
 		val, ok := c.mu.plain[string(v.PlainGet.Key)]
 		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_PlainGet{PlainGet: &rpcpb.PlainGetResponse{Found: ok, Value: val}}}, nil
@@ -642,6 +691,8 @@ func typeName(r *rpcpb.RequestUnion) string {
 		return "PlainPutUnlessExists"
 	case *rpcpb.RequestUnion_PlainPut:
 		return "PlainPut"
+	case *rpcpb.RequestUnion_QueryIntent:
+		return "QueryIntent"
 	}
 	return "?"
 }

@@ -102,11 +102,39 @@ type Options struct {
 	// Logger receives warnings. Default slog.Default().
 	Logger *slog.Logger
 
+	// Pipelining turns transactional pipelining on or off for this DB's
+	// transactions (TxnOptions.Pipelining overrides it per transaction).
+	// With it on, a transactional write returns once the leaseholder has
+	// evaluated and proposed it, and the transaction proves its writes
+	// before a later read or write of their keys and before its commit
+	// point (txn_pipeliner.go). ToggleDefault, the zero value, means off
+	// for now (pipeliningDefault).
+	Pipelining Toggle
+	// PipelinedBytesMax bounds one transaction's pipelined writes that are
+	// not proven yet, in bytes of key plus value: a write that would go
+	// above it is sent without pipelining (it returns once replicated).
+	// It bounds what a failed replication can make the transaction redo and
+	// the proposals it can have queued at leaseholders; the client keeps
+	// only key, hash and sequence number of each. At most 16 MiB (the
+	// proofs of all of them fit in one request). Default 256 KiB.
+	PipelinedBytesMax int
+
 	// StatusEncoding overrides the status-table encoding named by the
 	// cluster's settings. Dangerous: every client and server of a cluster
 	// must use the same encoding. For tests.
 	StatusEncoding txnstatus.Encoding
 }
+
+// pipeliningDefault is what ToggleDefault means for Options.Pipelining.
+// Off until the fault tests (internal/testcluster) pass with it on by
+// default; then a later change turns it on.
+const pipeliningDefault = false
+
+// pipelinedBytesLimit bounds Options.PipelinedBytesMax: the proofs of a
+// transaction's in-flight writes go in one request per range, which must
+// stay below keys.RequestBytesMax with the requests' own overhead
+// (at most keys.TxnKeysMax of them).
+const pipelinedBytesLimit = keys.RequestBytesMax / 2
 
 // timestampBatchLimit is the largest count a node accepts in one
 // TimestampRequest (kvserver.OracleBatchMax; the client does not import the
@@ -161,6 +189,7 @@ func (o *Options) EnsureDefaults() {
 	setInt(&o.ResolveBatchKeysMax, 1000)
 	setDur(&o.AbortTimeout, 5*time.Second)
 	setDur(&o.CloseDrainMax, 5*time.Second)
+	setInt(&o.PipelinedBytesMax, 256<<10)
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
@@ -190,6 +219,7 @@ func (o *Options) Validate() error {
 		"ReadSpansMax": o.ReadSpansMax, "ScanKeysMax": o.ScanKeysMax,
 		"TimestampBatchMax": o.TimestampBatchMax, "ResolveWorkers": o.ResolveWorkers,
 		"ResolveQueueMax": o.ResolveQueueMax, "ResolveBatchKeysMax": o.ResolveBatchKeysMax,
+		"PipelinedBytesMax": o.PipelinedBytesMax,
 	} {
 		if v < 0 {
 			return invalidArgf("option %s is negative (%d)", name, v)
@@ -207,6 +237,55 @@ func (o *Options) Validate() error {
 	}
 	if o.HeartbeatTTL < 5*time.Millisecond {
 		return invalidArgf("option HeartbeatTTL %v is below 5ms", o.HeartbeatTTL)
+	}
+	if o.PipelinedBytesMax > pipelinedBytesLimit {
+		return invalidArgf("option PipelinedBytesMax %d exceeds %d (the proofs must fit in one request)", o.PipelinedBytesMax, pipelinedBytesLimit)
+	}
+	if err := o.Pipelining.validate("Pipelining"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Toggle turns an optional protocol feature on or off. Its zero value,
+// ToggleDefault, defers: in TxnOptions to the DB's Options, in Options to
+// the feature's default (which may change between releases, so a caller
+// that wants a fixed setting says ToggleOn or ToggleOff).
+type Toggle int8
+
+const (
+	ToggleDefault Toggle = iota
+	ToggleOn
+	ToggleOff
+)
+
+func (t Toggle) String() string {
+	switch t {
+	case ToggleDefault:
+		return "default"
+	case ToggleOn:
+		return "on"
+	case ToggleOff:
+		return "off"
+	}
+	return fmt.Sprintf("Toggle(%d)", int(t))
+}
+
+// on reports whether the feature is on: t says, unless it is
+// ToggleDefault, then parent does.
+func (t Toggle) on(parent bool) bool {
+	switch t {
+	case ToggleOn:
+		return true
+	case ToggleOff:
+		return false
+	}
+	return parent
+}
+
+func (t Toggle) validate(name string) error {
+	if t < ToggleDefault || t > ToggleOff {
+		return invalidArgf("option %s is %d, not a Toggle", name, int(t))
 	}
 	return nil
 }
@@ -241,6 +320,8 @@ type TxnOptions struct {
 	Isolation Isolation
 	// AttemptsMax overrides Options.TxnAttemptsMax for DB.Txn (0 = default).
 	AttemptsMax int
+	// Pipelining overrides Options.Pipelining for this transaction.
+	Pipelining Toggle
 }
 
 // TxnOption changes TxnOptions.
@@ -252,6 +333,17 @@ func WithIsolation(i Isolation) TxnOption { return func(o *TxnOptions) { o.Isola
 // WithAttemptsMax bounds the attempts of DB.Txn for this transaction.
 func WithAttemptsMax(n int) TxnOption { return func(o *TxnOptions) { o.AttemptsMax = n } }
 
+// WithPipelining turns transactional pipelining on or off for this
+// transaction, whatever Options.Pipelining says.
+func WithPipelining(on bool) TxnOption {
+	return func(o *TxnOptions) {
+		o.Pipelining = ToggleOff
+		if on {
+			o.Pipelining = ToggleOn
+		}
+	}
+}
+
 func (o *TxnOptions) validate() error {
 	if o.Isolation != Serializable && o.Isolation != SnapshotIsolation {
 		return invalidArgf("unknown isolation %d", int(o.Isolation))
@@ -259,5 +351,5 @@ func (o *TxnOptions) validate() error {
 	if o.AttemptsMax < 0 {
 		return invalidArgf("AttemptsMax is negative (%d)", o.AttemptsMax)
 	}
-	return nil
+	return o.Pipelining.validate("TxnOptions.Pipelining")
 }

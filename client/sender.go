@@ -274,9 +274,10 @@ func (s *sender) lookup(ctx context.Context, key []byte) (*rangeEntry, error) {
 }
 
 // sendBatch sends the requests build returns for the descriptor of the
-// range containing routeKey, as one BatchRequest. build runs once per
-// attempt, with that attempt's descriptor, and may refuse it.
-func (s *sender) sendBatch(ctx context.Context, routeKey []byte, write bool,
+// range containing routeKey, as one BatchRequest (with async_consensus if
+// async: a batch of PutIntents answered once proposed). build runs once
+// per attempt, with that attempt's descriptor, and may refuse it.
+func (s *sender) sendBatch(ctx context.Context, routeKey []byte, write, async bool,
 	build func(d *rpcpb.RangeDescriptor) ([]*rpcpb.RequestUnion, error)) ([]*rpcpb.ResponseUnion, *rpcpb.RangeDescriptor, error) {
 	var out []*rpcpb.ResponseUnion
 	desc, err := s.route(ctx, routeKey, write, func(ctx context.Context, kv rpcpb.KVClient, d *rpcpb.RangeDescriptor) (*rpcpb.Error, error) {
@@ -284,7 +285,7 @@ func (s *sender) sendBatch(ctx context.Context, routeKey []byte, write bool,
 		if err != nil {
 			return nil, &stopError{err}
 		}
-		resp, err := kv.Batch(ctx, &rpcpb.BatchRequest{RangeId: d.GetRangeId(), Requests: reqs})
+		resp, err := kv.Batch(ctx, &rpcpb.BatchRequest{RangeId: d.GetRangeId(), Requests: reqs, AsyncConsensus: async})
 		if err != nil {
 			return nil, err
 		}
@@ -320,6 +321,12 @@ func requestKey(r *rpcpb.RequestUnion) []byte {
 // wins over protocol errors; protocol errors of one code are merged (their
 // intents concatenated) so that the caller resolves all intents at once.
 func (s *sender) sendPoints(ctx context.Context, write bool, reqs []*rpcpb.RequestUnion) ([]*rpcpb.ResponseUnion, error) {
+	return s.sendPointsWith(ctx, write, false, reqs)
+}
+
+// sendPointsWith is sendPoints, with async_consensus on every batch if
+// async (reqs must then be PutIntents).
+func (s *sender) sendPointsWith(ctx context.Context, write, async bool, reqs []*rpcpb.RequestUnion) ([]*rpcpb.ResponseUnion, error) {
 	out := make([]*rpcpb.ResponseUnion, len(reqs))
 	pending := make([]int, len(reqs))
 	for i := range pending {
@@ -340,7 +347,7 @@ func (s *sender) sendPoints(ctx context.Context, write bool, reqs []*rpcpb.Reque
 		results := make([]result, len(groups))
 		run := func(gi int) {
 			idx := groups[gi]
-			resps, _, err := s.sendBatch(ctx, requestKey(reqs[idx[0]]), write, func(d *rpcpb.RangeDescriptor) ([]*rpcpb.RequestUnion, error) {
+			resps, _, err := s.sendBatch(ctx, requestKey(reqs[idx[0]]), write, async, func(d *rpcpb.RangeDescriptor) ([]*rpcpb.RequestUnion, error) {
 				e := &rangeEntry{desc: d}
 				sub := make([]*rpcpb.RequestUnion, len(idx))
 				for j, i := range idx {
@@ -445,7 +452,7 @@ func (s *sender) scan(ctx context.Context, start, end []byte, ts, txnStart uint6
 				break
 			}
 		}
-		resps, desc, err := s.sendBatch(ctx, cur, false, func(d *rpcpb.RangeDescriptor) ([]*rpcpb.RequestUnion, error) {
+		resps, desc, err := s.sendBatch(ctx, cur, false, false, func(d *rpcpb.RangeDescriptor) ([]*rpcpb.RequestUnion, error) {
 			e := end
 			if len(d.GetEndKey()) > 0 && bytes.Compare(d.GetEndKey(), end) < 0 {
 				e = d.GetEndKey()
@@ -512,7 +519,7 @@ func (s *sender) refresh(ctx context.Context, spans []*rpcpb.Span, fromTs, toTs,
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, _, errs[gi] = s.sendBatch(ctx, g[0].GetStart(), false, func(d *rpcpb.RangeDescriptor) ([]*rpcpb.RequestUnion, error) {
+				_, _, errs[gi] = s.sendBatch(ctx, g[0].GetStart(), false, false, func(d *rpcpb.RangeDescriptor) ([]*rpcpb.RequestUnion, error) {
 					e := &rangeEntry{desc: d}
 					for _, sp := range g {
 						if !e.contains(sp.GetStart()) || (len(sp.GetEnd()) > 0 && len(d.GetEndKey()) > 0 && bytes.Compare(sp.GetEnd(), d.GetEndKey()) > 0) {

@@ -32,11 +32,20 @@ type Stats struct {
 	ResolveDropped int64
 	// TimestampRPCs counts oracle RPCs (each serves a batch of callers).
 	TimestampRPCs int64
+	// PipelinedWrites counts transactional writes sent with pipelining
+	// (answered once proposed); PipelineStalls the reads and writes that
+	// first proved in-flight writes of their keys; PipelinedWritesFailed
+	// the pipelined writes a proof found missing (each made its
+	// transaction retry).
+	PipelinedWrites       int64
+	PipelineStalls        int64
+	PipelinedWritesFailed int64
 }
 
 type stats struct {
 	commits, aborts, retries, ambiguous, ambiguousResolved countingInt
 	abortedOthers, intentsResolved, resolveDropped         countingInt
+	pipelinedWrites, pipelineStalls, pipelinedWritesFailed countingInt
 }
 
 // Stats returns a snapshot of the counters.
@@ -51,5 +60,9 @@ func (db *DB) Stats() Stats {
 		IntentsResolved:   db.stats.intentsResolved.load(),
 		ResolveDropped:    db.stats.resolveDropped.load(),
 		TimestampRPCs:     db.oracle.rpcs.load(),
+
+		PipelinedWrites:       db.stats.pipelinedWrites.load(),
+		PipelineStalls:        db.stats.pipelineStalls.load(),
+		PipelinedWritesFailed: db.stats.pipelinedWritesFailed.load(),
 	}
 }

@@ -17,7 +17,8 @@ import (
 // several goroutines; operations then run concurrently.
 //
 // Txn is the top of the transaction's coordinator, a stack of layers
-// (txn_layers.go: heartbeater, committer, span refresher, wire). Txn
+// (txn_layers.go: heartbeater, sequence numbers, pipeliner, committer,
+// span refresher, wire). Txn
 // itself checks arguments and limits, and keeps what outlives the layers:
 //
 //   - the state (pending, committing, decided), and the poison: a
@@ -105,6 +106,9 @@ func (t *Txn) buildStack() {
 	var l txnLayer = &txnWire{t: t}
 	l = newSpanRefresher(l, t.opts.Isolation == Serializable, db.opts.ReadSpansMax)
 	l = &txnCommitter{next: l, startTs: t.startTs, abortTimeout: db.opts.AbortTimeout, logger: db.opts.Logger, stats: &db.stats}
+	pipelining := t.opts.Pipelining.on(db.opts.Pipelining.on(pipeliningDefault))
+	l = newPipeliner(l, pipelining, int64(db.opts.PipelinedBytesMax), &db.stats)
+	l = &txnSeqNumAllocator{next: l}
 	t.hb = newHeartbeater(l, heartbeatConfig{
 		startTs: t.startTs, ttl: db.opts.HeartbeatTTL, lifetimeMax: db.opts.TxnLifetimeMax,
 		clock: db.opts.Clock, logger: db.opts.Logger, bg: db.ctx,

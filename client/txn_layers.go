@@ -24,14 +24,23 @@ import (
 //     Top, because no write may reach the cluster before the transaction
 //     is provably alive to a reader, and the heartbeat must run until the
 //     layers below have finished committing.
-//  2. txnCommitter (txn_commit.go): the commit point. Takes commit_ts,
+//  2. txnSeqNumAllocator (txn_seq.go): numbers the writes, so that the
+//     pipeliner can tell which of two writes to one key was issued last.
+//  3. txnPipeliner (txn_pipeliner.go): sends writes with async consensus
+//     and tracks them in flight; proves an in-flight write before a later
+//     read or write of its key (the pipeline stall), and every in-flight
+//     write before passing Commit on. Above the committer, so that the
+//     commit timestamp is taken after every write is proven: then each
+//     intent is applied before its commit_ts exists (docs/design-notes.md,
+//     "Reads, and why a read at a timestamp blocks no later write").
+//  4. txnCommitter (txn_commit.go): the commit point. Takes commit_ts,
 //     asks for the refresh to it, writes the status with put-unless-exists,
 //     and settles an unknown outcome by looking the status up. Rollback's
 //     "aborted" is written here too.
-//  3. txnSpanRefresher (txn_refresh.go): records the keys and spans read
+//  5. txnSpanRefresher (txn_refresh.go): records the keys and spans read
 //     (serializable only) and answers the committer's refresh request by
 //     sending them all to be checked over (start_ts, commit_ts].
-//  4. txnWire (txn_wire.go), the bottom: turns requests into RPCs through
+//  6. txnWire (txn_wire.go), the bottom: turns requests into RPCs through
 //     the DB's sender, resolving other transactions' intents it meets and
 //     mapping server outcomes to typed errors.
 //
@@ -65,13 +74,14 @@ const (
 	opCommit
 	opAbort
 	// Requests layers send to the layers below.
+	opProve     // the pipeliner: are these in-flight writes in place?
 	opTimestamp // the committer: a commit timestamp
 	opRefresh   // the committer: check reads over (start_ts, ts]
 	opPutStatus // the committer: put-unless-exists of the status ts
 	opGetStatus // the committer: read the status
 )
 
-var opNames = [...]string{"?", "get", "scan", "write", "commit", "abort", "timestamp", "refresh", "put-status", "get-status"}
+var opNames = [...]string{"?", "get", "scan", "write", "commit", "abort", "prove", "timestamp", "refresh", "put-status", "get-status"}
 
 func (o txnOp) String() string {
 	if int(o) < len(opNames) {
@@ -94,6 +104,8 @@ type txnReq struct {
 	seq uint64
 	// async: write, set by the pipeliner: send with async consensus.
 	async bool
+	// proofs: prove.
+	proofs []inFlightWrite
 	// spans: refresh, set by the refresher.
 	spans []*rpcpb.Span
 	// ts: refresh (the commit timestamp to refresh to); put-status (the
@@ -125,6 +137,10 @@ func (r *txnReq) String() string {
 		if r.async {
 			b.WriteString(" async")
 		}
+	case opProve:
+		for _, p := range r.proofs {
+			fmt.Fprintf(&b, " %s", p)
+		}
 	case opRefresh:
 		for _, sp := range r.spans {
 			if len(sp.GetEnd()) == 0 {
@@ -151,6 +167,8 @@ type txnResp struct {
 	found bool
 	// kvs: scan.
 	kvs []*rpcpb.KeyValue
+	// proven: prove, one per proof in order: the write is in place.
+	proven []bool
 	// ts: timestamp; commit (the commit timestamp).
 	ts uint64
 	// won: put-status wrote our value (or found exactly it).

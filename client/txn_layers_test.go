@@ -25,16 +25,18 @@ import (
 // answer it gives. Commands:
 //
 //	new <layer> [args]   the layer under test: heartbeater [age=<dur>],
-//	                     committer, refresher [iso=snapshot] [max=<n>]
+//	                     sequencer, pipeliner [pipelining=off]
+//	                     [budget=<bytes>], committer, refresher
+//	                     [iso=snapshot] [max=<n>]
 //	script               each input line queues one reply of the fake
 //	                     lower layer: <op> [key=<k>] [err=<kind>]
 //	                     [value=<v>] [kvs=k:v,...] [ts=<n>] [lost]
 //	                     [found] [d=aborted|committed:<n>]
-//	                     [hold=<name>]; a reply answers
+//	                     [missing=k,...] [hold=<name>]; a reply answers
 //	                     the first later request of that op (and key);
 //	                     unscripted requests get defaults (success, found
 //	                     nothing, timestamps 110, 111, ...)
-//	get k=, scan start= end= [limit=], put k= v=, delete k=, commit,
+//	get k=, scan start= end= [limit=], put k= v= [seq=], delete k= [seq=], commit,
 //	abort, refresh ts=   send one request to the layer and wait
 //	go <request>         send it on another goroutine; return once it
 //	                     finished or waits on a held reply
@@ -80,6 +82,8 @@ type scriptedReply struct {
 	key  string // "" answers a request on any key
 	resp *txnResp
 	err  error
+	// missing: prove, the keys whose writes are not in place.
+	missing map[string]bool
 	// hold, if not nil: the answer waits until it is closed.
 	hold     chan struct{}
 	holdName string
@@ -111,7 +115,7 @@ func (l *scriptedLower) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 	l.mu.Lock()
 	var rep *scriptedReply
 	for i, c := range l.mu.replies {
-		if c.op == r.op && (c.key == "" || c.key == string(r.key)) {
+		if c.op == r.op && (c.key == "" || c.key == string(r.key) || (r.op == opProve && proofsHave(r.proofs, c.key))) {
 			rep = c
 			l.mu.replies = append(l.mu.replies[:i], l.mu.replies[i+1:]...)
 			break
@@ -136,7 +140,22 @@ func (l *scriptedLower) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 		return nil, rep.err
 	}
 	resp := *rep.resp
+	if r.op == opProve {
+		resp.proven = make([]bool, len(r.proofs))
+		for i, p := range r.proofs {
+			resp.proven[i] = !rep.missing[string(p.key)]
+		}
+	}
 	return &resp, nil
+}
+
+func proofsHave(ps []inFlightWrite, key string) bool {
+	for _, p := range ps {
+		if string(p.key) == key {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *scriptedLower) defaultRespLocked(r *txnReq) *txnResp {
@@ -195,6 +214,11 @@ func parseReply(t *testing.T, line string) *scriptedReply {
 			resp.found, set = true, true
 		case "d":
 			resp.d, set = parseDecision(t, v), true
+		case "missing":
+			rep.missing = map[string]bool{}
+			for _, m := range strings.Split(v, ",") {
+				rep.missing[m] = true
+			}
 		case "hold":
 			rep.hold, rep.holdName = make(chan struct{}), v
 		default:
@@ -374,9 +398,9 @@ func (h *stepHarness) request(t *testing.T, args []datadriven.CmdArg) *txnReq {
 	case "scan":
 		return &txnReq{op: opScan, key: []byte(arg("start")), end: []byte(arg("end")), limit: num("limit")}
 	case "put":
-		return &txnReq{op: opWrite, key: []byte(arg("k")), value: []byte(arg("v"))}
+		return &txnReq{op: opWrite, key: []byte(arg("k")), value: []byte(arg("v")), seq: uint64(num("seq"))}
 	case "delete":
-		return &txnReq{op: opWrite, key: []byte(arg("k")), del: true}
+		return &txnReq{op: opWrite, key: []byte(arg("k")), del: true, seq: uint64(num("seq"))}
 	case "commit":
 		return &txnReq{op: opCommit}
 	case "abort":
@@ -460,7 +484,9 @@ func (h *stepHarness) build(t *testing.T, d *datadriven.TestData) {
 		var st stats
 		h.layer = &txnCommitter{next: lower, startTs: 100, abortTimeout: time.Second,
 			logger: slog.New(slog.NewTextHandler(io.Discard, nil)), stats: &st}
-		h.state = func() string { return fmt.Sprintf("ambiguous commits resolved by lookup: %d", st.ambiguousResolved.load()) }
+		h.state = func() string {
+			return fmt.Sprintf("ambiguous commits resolved by lookup: %d", st.ambiguousResolved.load())
+		}
 	case "refresher":
 		iso := "serializable"
 		if d.HasArg("iso") {
@@ -484,6 +510,30 @@ func (h *stepHarness) build(t *testing.T, d *datadriven.TestData) {
 				}
 			}
 			return "reads: [" + strings.Join(s, " ") + "]"
+		}
+	case "sequencer":
+		h.layer = &txnSeqNumAllocator{next: lower}
+	case "pipeliner":
+		on := "on"
+		if d.HasArg("pipelining") {
+			d.ScanArgs(t, "pipelining", &on)
+		}
+		budget := 256 << 10
+		if d.HasArg("budget") {
+			d.ScanArgs(t, "budget", &budget)
+		}
+		var st stats
+		p := newPipeliner(lower, on == "on", int64(budget), &st)
+		h.layer = p
+		h.state = func() string {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			var ws []string
+			for _, w := range p.inFlightSpanLocked(nil, nil) {
+				ws = append(ws, fmt.Sprintf("%s (%d bytes)", w, w.bytes))
+			}
+			return fmt.Sprintf("in flight: [%s], budget used %d of %d; stats: %d pipelined, %d stalls, %d failed",
+				strings.Join(ws, " "), p.mu.bytes, p.bytesMax, st.pipelinedWrites.load(), st.pipelineStalls.load(), st.pipelinedWritesFailed.load())
 		}
 	default:
 		t.Fatalf("unknown layer %q", d.CmdArgs[0].Key)

@@ -641,11 +641,16 @@ func TestLimits(t *testing.T) {
 // Concurrent transfers between accounts keep the total (serializable,
 // with conflicts, waits and retries).
 func TestConcurrentTransfers(t *testing.T) {
-	c := newFakeCluster(t, 3)
-	db := c.open(func(o *Options) {
+	runTransfers(t, newFakeCluster(t, 3))
+}
+
+// runTransfers runs concurrent transfers on c with a client whose options
+// mod adjusts, and checks the total.
+func runTransfers(t *testing.T, c *fakeCluster, mod ...func(*Options)) {
+	db := c.open(append([]func(*Options){func(o *Options) {
 		o.TxnAttemptsMax = 1000
 		o.IntentWaitMax = 50 * time.Millisecond
-	})
+	}}, mod...)...)
 	const accounts, workers, transfers = 8, 8, 15
 	key := func(i int) []byte { return fmt.Appendf(nil, "acct%02d", i) }
 	for i := range accounts {

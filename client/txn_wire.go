@@ -18,8 +18,14 @@ import (
 //
 //   - opGet, opScan: reads at start_ts that see the transaction's own
 //     intents.
-//   - opWrite: one PutIntentRequest. A newer committed version is a
-//     *RetryableError (ReasonWriteTooOld).
+//   - opWrite: one PutIntentRequest, with async consensus if the
+//     pipeliner asked for it (answered once the leaseholder has evaluated
+//     and proposed it). A newer committed version is a *RetryableError
+//     (ReasonWriteTooOld).
+//   - opProve: one QueryIntentRequest per in-flight write, batched per
+//     range, the batches in parallel. Each waits at the leaseholder for the
+//     write in flight on its key (its read latch) and says whether the
+//     transaction's intent with the written value is there.
 //   - opTimestamp: the oracle.
 //   - opRefresh: RefreshRequests, one per range, in parallel; a change is a
 //     *RetryableError (ReasonReadConflict).
@@ -52,6 +58,8 @@ func (w *txnWire) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 		return &txnResp{kvs: kvs}, nil
 	case opWrite:
 		return &txnResp{}, w.write(ctx, r)
+	case opProve:
+		return w.prove(ctx, r.proofs)
 	case opTimestamp:
 		ts, err := db.oracle.timestamp(ctx)
 		if err != nil {
@@ -99,7 +107,7 @@ func (w *txnWire) write(ctx context.Context, r *txnReq) error {
 		Key: r.key, Value: r.value, Delete: r.del, Txn: t.meta(),
 	}}}
 	for round := 0; ; round++ {
-		_, err := t.db.sender.sendOne(ctx, true, req)
+		_, err := t.db.sender.sendPointsWith(ctx, true, r.async, []*rpcpb.RequestUnion{req})
 		pb, ok := asKVError(err, rpcpb.ErrorCode_WRITE_CONFLICT)
 		if !ok {
 			return err
@@ -116,6 +124,29 @@ func (w *txnWire) write(ctx context.Context, r *txnReq) error {
 		}
 		return &RetryableError{Reason: ReasonWriteTooOld, Key: r.key, Ts: pb.GetExistingTs(), Msg: pb.GetMessage()}
 	}
+}
+
+// prove asks whether each write is in place.
+func (w *txnWire) prove(ctx context.Context, ws []inFlightWrite) (*txnResp, error) {
+	t := w.t
+	reqs := make([]*rpcpb.RequestUnion, len(ws))
+	for i, p := range ws {
+		reqs[i] = &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_QueryIntent{QueryIntent: &rpcpb.QueryIntentRequest{
+			Key: p.key, TxnStart: t.startTs, ValueHash: p.hash}}}
+	}
+	resps, err := t.db.sender.sendPoints(ctx, false, reqs)
+	if err != nil {
+		return nil, err
+	}
+	out := &txnResp{proven: make([]bool, len(ws))}
+	for i, r := range resps {
+		q := r.GetQueryIntent()
+		if q == nil {
+			return nil, fmt.Errorf("%w: query intent answered with %T", ErrInternal, r.GetValue())
+		}
+		out.proven[i] = q.GetFound()
+	}
+	return out, nil
 }
 
 // refresh runs the serializable commit check over spans. Intents the
