@@ -122,11 +122,17 @@ func StatusSplitKeys(n int) [][]byte {
 }
 
 // UserSplitKeys returns n-1 split points dividing the user keyspace
-// evenly by the first byte of the user key.
+// evenly by the first byte of the user key (by its first two bytes when n
+// is above 256; n at most 65536).
 func UserSplitKeys(n int) [][]byte {
 	var out [][]byte
 	for i := 1; i < n; i++ {
-		out = append(out, UserKey([]byte{byte(i * 256 / n)}))
+		if n <= 256 {
+			out = append(out, UserKey([]byte{byte(i * 256 / n)}))
+		} else {
+			v := i * 65536 / n
+			out = append(out, UserKey([]byte{byte(v >> 8), byte(v)}))
+		}
 	}
 	return out
 }

@@ -21,8 +21,9 @@ const (
 	DefaultReplicationFactor = 3
 	// StatusRanges is how many ranges the status table is pre-split into.
 	StatusRanges = 4
-	// InitialRangesMax bounds --initial-ranges.
-	InitialRangesMax           = 256
+	// InitialRangesMax bounds --initial-ranges: every range is created at
+	// bootstrap, its descriptor in one Join message to every node.
+	InitialRangesMax           = 20000
 	DefaultPartitioningQuantum = txnstatus.DefaultPartitioningQuantum
 	DefaultRowsPerQuantum      = txnstatus.DefaultRowsPerQuantum
 )
