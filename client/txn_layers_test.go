@@ -36,14 +36,15 @@ import (
 //	                     the first later request of that op (and key);
 //	                     unscripted requests get defaults (success, found
 //	                     nothing, timestamps 110, 111, ...)
-//	get k=, scan start= end= [limit=], put k= v= [seq=], delete k= [seq=], commit,
-//	abort, refresh ts=   send one request to the layer and wait
+//	get k=, scan start= end= [limit=], put k= v= [seq=], delete k=
+//	[seq=], commit, abort, refresh ts=
+//	                     send one request to the layer and wait
 //	go <request>         send it on another goroutine; return once it
 //	                     finished or waits on a held reply
 //	release <name>       answer the held reply; return once every request
 //	                     finished or waits on a held reply
 //	state                the layer's state
-//	tick                 (heartbeater) one refresh tick
+//	tick, stop           (heartbeater) one refresh tick; stop the heartbeat
 //
 // Only one goroutine runs at a time (the others wait on held replies), so
 // the output is deterministic.

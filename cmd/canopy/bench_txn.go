@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/canopy-db/canopy/client"
 	"github.com/canopy-db/canopy/internal/bench"
 	"github.com/canopy-db/canopy/internal/bench/kvbench"
 	"github.com/canopy-db/canopy/internal/bench/txnbench"
@@ -16,7 +17,8 @@ import (
 
 type benchTxnOptions struct {
 	benchClusterOptions
-	check bool
+	check      bool
+	pipelining bool
 }
 
 func init() {
@@ -37,6 +39,10 @@ etcd --endpoints ...) it is two linearizable Gets and a Txn that puts both
 keys If both ModRevisions are unchanged, run again at once when the compare
 fails (at most 20 runs).
 
+With --pipelining the Canopy transfers run with transactional pipelining
+(client.Options.Pipelining): each Txn.Put returns once its leaseholder has
+proposed it, and the commit proves the writes before its commit point.
+
 With --check (the default) it reads every key after the runs and fails if
 the balances no longer sum to what was loaded: transfers are atomic, so the
 total never changes. Cluster flags as for canopy bench kv.`,
@@ -51,6 +57,7 @@ total never changes. Cluster flags as for canopy bench kv.`,
 	f := cmd.Flags()
 	o.register(f, "docs/bench/txn")
 	f.BoolVar(&o.check, "check", true, "after the runs, read every key and check that the total balance is unchanged")
+	f.BoolVar(&o.pipelining, "pipelining", false, "Canopy: run the transfers with transactional pipelining (client.Options.Pipelining)")
 	benchCmd.AddCommand(cmd)
 }
 
@@ -74,6 +81,13 @@ func runBenchTxn(ctx context.Context, o benchTxnOptions, command string) error {
 			tg.close()
 		}
 	}()
+	if o.pipelining {
+		for i := range targets {
+			if err := pipelineTarget(ctx, &targets[i]); err != nil {
+				return err
+			}
+		}
+	}
 	if o.loadOnly {
 		return nil
 	}
@@ -109,4 +123,37 @@ func runBenchTxn(ctx context.Context, o benchTxnOptions, command string) error {
 	}
 	return writeBenchOutputs(o.benchClusterOptions, rows, m,
 		fmt.Sprintf("canopy bench txn (%s): 2-key transfers, %d-byte values, %d keys", o.target, o.kv.ValueBytes, o.kv.Keys))
+}
+
+// pipelineTarget makes tg's transfers run on a second client of the same
+// cluster with pipelining on (loading and the final check keep the first).
+// The addresses come from the cluster itself, so that this works for a
+// cluster started here as for --host.
+func pipelineTarget(ctx context.Context, tg *benchTarget) error {
+	db, ok := tg.kv.(*client.DB)
+	if !ok {
+		return fmt.Errorf("--pipelining is for Canopy, not %s", tg.label)
+	}
+	info, err := db.ClusterInfo(ctx)
+	if err != nil {
+		return err
+	}
+	var addrs []string
+	for _, n := range info.GetNodes() {
+		addrs = append(addrs, n.GetAddress())
+	}
+	pdb, err := client.Open(ctx, addrs, client.WithOptions(client.Options{Pipelining: client.ToggleOn}))
+	if err != nil {
+		return err
+	}
+	tg.txn = txnbench.Canopy{DB: pdb}
+	tg.label += ", pipelined"
+	closeFirst := tg.closeFn
+	tg.closeFn = func() {
+		_ = pdb.Close()
+		if closeFirst != nil {
+			closeFirst()
+		}
+	}
+	return nil
 }
