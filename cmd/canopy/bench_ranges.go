@@ -117,7 +117,6 @@ func runBenchRanges(ctx context.Context, o benchRangesOptions, command string) e
 	return writeRangesOutput(o.out, m, rows)
 }
 
-
 func benchRangesOne(ctx context.Context, o benchRangesOptions, n int) (rangesRow, error) {
 	row := rangesRow{userRanges: n}
 	fmt.Printf("[%d ranges] starting a 3-node cluster in this process...\n", n)
