@@ -248,7 +248,8 @@ type readWaiter struct {
 // It has no goroutine of its own: callers put work in its inbox (mu) and
 // queue it with its Scheduler, whose workers drain the inbox into the
 // RawNode and handle its Ready (ready.go). Lock order: raftMu, then mu,
-// then Scheduler.mu; mu and Scheduler.mu are never held while calling out.
+// then Scheduler.mu. Scheduler.mu is never held while calling out; mu only
+// while a proposal dropped from the inbox runs its finished callback.
 type Replica struct {
 	cfg Config
 	rs  *raftStorage
