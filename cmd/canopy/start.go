@@ -84,7 +84,7 @@ func init() {
 	cmd.Flags().DurationVar(&tick, "raft-tick", 100*time.Millisecond, "Raft tick; elections take 10-20 ticks")
 	cmd.Flags().StringVar(&mode, "storage-mode", "inline", "value separation of this store: inline, rewrite, punch or pebble (see docs/BENCHMARKS.md)")
 	cmd.Flags().IntVar(&threshold, "value-threshold", storage.DefaultThresholdBytes, "values of at least this many bytes go to blob files (separating modes)")
-	cmd.Flags().IntVar(&sched.Workers, "raft-workers", 0, fmt.Sprintf("workers handling the Raft work of the node's ranges (0: min(2*GOMAXPROCS, 8); at most %d)", replica.SchedulerWorkersMax))
+	cmd.Flags().IntVar(&sched.Workers, "raft-workers", 0, fmt.Sprintf("workers handling the Raft work of the node's ranges (0: max(1, min(GOMAXPROCS/2, 8)); at most %d)", replica.SchedulerWorkersMax))
 	cmd.Flags().IntVar(&sched.BatchRangesMax, "raft-batch-ranges", 0, fmt.Sprintf("ranges a worker persists in one batch with one sync (0: 64; at most %d; 1: one commit per range)", replica.SchedulerBatchRangesLimit))
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the node, from start until SIGINT/SIGTERM, to this file")
 	rootCmd.AddCommand(cmd)
