@@ -34,6 +34,9 @@ func init() {
 			peers := splitHosts(join)
 			m, err := storage.ParseMode(mode)
 			if err != nil {
+				return fmt.Errorf("--storage-mode: %w", err)
+			}
+			if err := checkStartFlags(listen, advertise, peers, tick, threshold, sched); err != nil {
 				return err
 			}
 			n, err := kvserver.Start(kvserver.Config{
@@ -98,6 +101,9 @@ func init() {
 		Use:   "init",
 		Short: "Bootstrap a new cluster from the nodes named in --join of the node at --host",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkInitFlags(host, ranges, rf, encoding); err != nil {
+				return err
+			}
 			conn, err := grpc.NewClient(host, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				return err
