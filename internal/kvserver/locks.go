@@ -197,3 +197,33 @@ func (n *Node) LockWaiters() int {
 	}
 	return total
 }
+
+// AsyncProposalsMax bounds the proposals of pipelined writes (answered
+// before they apply) in flight on one range; past it a pipelined write is
+// answered once it applies, like any write (back-pressure).
+const AsyncProposalsMax = 1024
+
+// asyncLimit counts a range's pipelined proposals in flight (zero value
+// ready to use).
+type asyncLimit struct {
+	mu sync.Mutex
+	n  int
+}
+
+// TryAcquire takes a unit if fewer than AsyncProposalsMax are taken.
+func (s *asyncLimit) TryAcquire() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n >= AsyncProposalsMax {
+		return false
+	}
+	s.n++
+	return true
+}
+
+// Release returns a unit.
+func (s *asyncLimit) Release() {
+	s.mu.Lock()
+	s.n--
+	s.mu.Unlock()
+}

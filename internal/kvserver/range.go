@@ -24,6 +24,8 @@ type rangeReplica struct {
 	sm      *rangeSM
 	latches *concurrency.LatchManager
 	locks   rangeLocks
+	// asyncProposals counts pipelined writes in flight.
+	asyncProposals asyncLimit
 }
 
 // rangeSM is the state machine of one range on this node. It implements

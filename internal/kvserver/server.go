@@ -216,12 +216,14 @@ func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.Batch
 		}
 		release()
 	}
-	if req.AsyncConsensus {
+	if req.AsyncConsensus && rr.asyncProposals.TryAcquire() {
 		// Pipelining: answer now; the proposal goes on without the client,
 		// which proves the write (QueryIntent) before its commit point. The
 		// latches stay held until the proposal is finished, so a proof waits
-		// for it.
+		// for it. Past AsyncProposalsMax in flight on the range the write
+		// waits for its proposal like any other (back-pressure).
 		go func() {
+			defer rr.asyncProposals.Release()
 			pctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
 			defer cancel()
 			_, _ = rr.r.ProposeEvaluated(pctx, data, term, finished)
