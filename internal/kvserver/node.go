@@ -114,7 +114,16 @@ type Node struct {
 	detector *concurrency.Detector
 	// tsBatcher batches this node's requests to the oracle.
 	tsBatcher *tso.Batcher
-	log       *slog.Logger
+	// liveness records when each peer was last heard from (liveness.go).
+	liveness *liveness
+	// metaChecked[rangeID] is the generation of the range's descriptor
+	// whose meta record balance last found (or made) true. A meta record
+	// is replaced only by one of a newer generation (rangeSM's MetaUpdate),
+	// so one check per generation suffices; checking every led range every
+	// BalanceInterval kept range 1 awake and cost a meta lookup per range
+	// per second. Only balance uses it.
+	metaChecked map[uint64]uint64
+	log         *slog.Logger
 	// votesFrom: before this time the node grants no votes (see
 	// receiveRaft). Set at start for a store that was already in a cluster.
 	votesFrom time.Time
@@ -180,6 +189,8 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.transport = newTransport(n)
+	n.liveness = newLiveness(cfg.ElectionTicks)
+	n.metaChecked = map[uint64]uint64{}
 	n.oracle = tso.New(tso.Options{}, &oraclePersister{n: n})
 	n.tsBatcher = tso.NewBatcher(NodeTimestampBatchMax, n.fetchTimestamps)
 	n.detector = concurrency.NewDetector()
@@ -450,6 +461,7 @@ func (n *Node) newReplica(rangeID uint64, desc *rpcpb.RangeDescriptor) (*rangeRe
 		ElectionTicks: n.cfg.ElectionTicks,
 		TickInterval:  n.cfg.TickInterval,
 		Logger:        n.log,
+		PeerLive:      n.liveness.isLive,
 	})
 	if err != nil {
 		return nil, err
@@ -531,6 +543,10 @@ func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) {
 		return
 	}
 	rr := n.replica(rm.RangeId)
+	if rm.Quiesce && rr != nil {
+		rr.r.StepQuiesce(m)
+		return
+	}
 	if m.Type == raftpb.MsgSnap && (rr == nil || rr.sm.Desc() == nil) {
 		// A snapshot may only initialize a replica if its span overlaps no
 		// other replica here: otherwise that replica has yet to apply the
@@ -573,12 +589,57 @@ func (n *Node) runEvery(interval time.Duration, fn func()) {
 	}
 }
 
-// tick advances every replica's Raft clock.
+// tick advances the Raft clock of every replica that is not quiescent,
+// sends the liveness beat to every peer, and wakes the quiescent replicas
+// that depend on a peer that is not live: those whose leader is there,
+// and leaders with a follower there (so that a leader cut off from its
+// followers steps down by CheckQuorum while they elect another).
+//
+// A quiescent replica costs one atomic load here and nothing else: it is
+// not queued with the scheduler.
 func (n *Node) tick() {
-	for _, rr := range n.replicaList() {
+	self := n.NodeID()
+	n.liveness.tick()
+	var peers []uint64
+	for _, nd := range n.nodeList() {
+		if nd.NodeId != self {
+			peers = append(peers, nd.NodeId)
+		}
+	}
+	if self != 0 {
+		n.transport.beat(self, peers)
+	}
+	dead := n.liveness.dead(peers)
+	n.mu.RLock()
+	reps := make([]*rangeReplica, 0, len(n.mu.replicas))
+	for _, rr := range n.mu.replicas {
+		if !rr.r.Quiescent() || (dead != nil && n.dependsOn(rr, self, dead)) {
+			reps = append(reps, rr)
+		}
+	}
+	n.mu.RUnlock()
+	for _, rr := range reps {
+		rr.r.Unquiesce()
 		rr.r.Tick()
 	}
 	n.checkOracleLeadership()
+}
+
+// dependsOn reports whether rr's leader, or, if rr leads, one of its
+// followers, is on a node in dead.
+func (n *Node) dependsOn(rr *rangeReplica, self uint64, dead map[uint64]bool) bool {
+	st := rr.r.Status()
+	if !st.IsLeader {
+		return st.Leader == 0 || dead[st.Leader]
+	}
+	if d := rr.sm.Desc(); d != nil {
+		for _, rd := range d.Replicas {
+			if rd.NodeId != self && dead[rd.NodeId] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // balance moves leadership to each range's preferred node once that node
@@ -597,9 +658,14 @@ func (n *Node) balance() {
 				}
 			}
 		}
+		if gen, ok := n.metaChecked[d.RangeId]; ok && gen == d.Generation {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
 		if err := n.ensureMeta(ctx, d); err != nil {
 			n.log.Debug("meta record check", "range", d.RangeId, "err", err)
+		} else {
+			n.metaChecked[d.RangeId] = d.Generation
 		}
 		cancel()
 	}

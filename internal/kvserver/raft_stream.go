@@ -27,6 +27,12 @@ func (s *internalService) RaftStream(stream rpcpb.Internal_RaftStreamServer) err
 	n.handlersMu.RUnlock()
 	defer n.handlers.Done()
 	return serveRaftStream(stream, func(b *rpcpb.RaftMessageBatch) {
+		// Any batch, even empty, says that its sender is alive.
+		from := b.FromNodeId
+		if from == 0 && len(b.Messages) > 0 {
+			from = b.Messages[0].FromNodeId // sent before the sender's first beat
+		}
+		n.liveness.heardFrom(from)
 		for _, m := range b.Messages {
 			n.receiveRaft(m)
 		}

@@ -121,6 +121,9 @@ type transport struct {
 type peer struct {
 	nodeID uint64
 	ch     chan outgoingMessage
+	// beat carries the liveness beats (transport.beat): this node's ID.
+	// Capacity 1: beats do not pile up behind a slow peer.
+	beat chan uint64
 }
 
 // outgoingMessage is a queued Raft message.
@@ -179,7 +182,27 @@ func (t *transport) fault(nodeID uint64) LinkFault {
 
 // Send implements replica.Transport. It never blocks: a message that
 // cannot be queued is reported unreachable.
-func (t *transport) Send(rangeID uint64, msgs []raftpb.Message) {
+func (t *transport) Send(rangeID uint64, msgs []raftpb.Message) { t.send(rangeID, msgs, false) }
+
+// SendQuiesce implements replica.QuiesceTransport: msgs go as Send's, each
+// marked quiesce.
+func (t *transport) SendQuiesce(rangeID uint64, msgs []raftpb.Message) { t.send(rangeID, msgs, true) }
+
+// beat is the liveness heartbeat (see liveness), called on every tick of
+// the node: each peer in peers that was sent no batch since the last beat
+// is sent an empty one, from node self. It never blocks.
+func (t *transport) beat(self uint64, peers []uint64) {
+	for _, id := range peers {
+		if p := t.peer(id); p != nil {
+			select {
+			case p.beat <- self:
+			default: // the last beat is still pending
+			}
+		}
+	}
+}
+
+func (t *transport) send(rangeID uint64, msgs []raftpb.Message, quiesce bool) {
 	for i := range msgs {
 		m := &msgs[i]
 		data, err := m.Marshal()
@@ -192,7 +215,7 @@ func (t *transport) Send(rangeID uint64, msgs []raftpb.Message) {
 			continue
 		}
 		out := outgoingMessage{
-			msg:      &rpcpb.RaftMessage{RangeId: rangeID, FromNodeId: m.From, ToNodeId: m.To, Message: data},
+			msg:      &rpcpb.RaftMessage{RangeId: rangeID, FromNodeId: m.From, ToNodeId: m.To, Message: data, Quiesce: quiesce},
 			snapshot: m.Type == raftpb.MsgSnap,
 		}
 		select {
@@ -217,7 +240,7 @@ func (t *transport) peer(nodeID uint64) *peer {
 	if t.env.nodeAddress(nodeID) == "" {
 		return nil
 	}
-	p := &peer{nodeID: nodeID, ch: make(chan outgoingMessage, PeerQueueMessagesMax)}
+	p := &peer{nodeID: nodeID, ch: make(chan outgoingMessage, PeerQueueMessagesMax), beat: make(chan uint64, 1)}
 	t.mu.peers[nodeID] = p
 	t.wg.Add(1)
 	go t.run(p)
@@ -233,6 +256,9 @@ func (t *transport) run(p *peer) {
 	line := newDelayLine()
 	defer line.timer.Stop()
 	var carry *outgoingMessage // taken from the queue, not yet batched
+	// sent: a batch went (or was dropped or delayed by a fault) since the
+	// last beat; then the beat needs no batch of its own.
+	sent := false
 	for {
 		var first outgoingMessage
 		if carry != nil {
@@ -246,9 +272,24 @@ func (t *transport) run(p *peer) {
 					s.send(b)
 				}
 				continue
+			case self := <-p.beat:
+				s.from = self
+				if !sent {
+					// An empty batch: it says only that this node is alive.
+					switch f := t.fault(p.nodeID); {
+					case f.Drop:
+					case f.Delay > 0:
+						line.push(time.Now().Add(f.Delay), outgoingBatch{})
+					default:
+						s.send(outgoingBatch{})
+					}
+				}
+				sent = false
+				continue
 			case first = <-p.ch:
 			}
 		}
+		sent = true
 		var b outgoingBatch
 		b, carry = collect(first, p.ch)
 		b.check()
@@ -368,6 +409,9 @@ var errRaftStreamTimeout = errors.New("kvserver: Raft stream to peer timed out")
 type peerStream struct {
 	t      *transport
 	nodeID uint64
+	// from is this node's ID, sent in every batch (0 until the first
+	// beat; the messages carry it too).
+	from uint64
 	// stream is nil while no stream is open. Invariant: stream, cancel
 	// and watchdog are all nil or all set.
 	stream rpcpb.Internal_RaftStreamClient
@@ -418,7 +462,7 @@ func (s *peerStream) sendStream(msgs []*rpcpb.RaftMessage) error {
 		}
 	}
 	s.watchdog.Reset(RaftSendTimeout)
-	err := s.stream.Send(&rpcpb.RaftMessageBatch{Messages: msgs})
+	err := s.stream.Send(&rpcpb.RaftMessageBatch{Messages: msgs, FromNodeId: s.from})
 	if !s.watchdog.Stop() && err == nil {
 		err = errRaftStreamTimeout // it cancelled the stream as Send returned
 	}

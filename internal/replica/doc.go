@@ -73,4 +73,44 @@
 // Snapshots are made lazily when the leader needs one: the StateMachine
 // serialises the range's data as of the applied index. A replica that
 // receives a snapshot replaces the range's data with it.
+//
+// # Quiescence
+//
+// An idle range costs nothing: its replicas quiesce, take no ticks and
+// send no heartbeats, and the node's tick loop does not even queue them
+// with the scheduler (Tick is a no-op on a quiescent replica). It works
+// as CockroachDB's does, adapted:
+//
+//  1. The leader quiesces on a tick when the group is idle: no proposal,
+//     read or commit for Config.QuiesceIdleTicks ticks; nothing pending
+//     (proposals, reads, lease renewals, a transfer, a Ready); every
+//     follower live (Config.PeerLive), recently active and holding the
+//     whole log (Match == last index), which is committed and applied at
+//     the leader. It sends each follower a quiesce heartbeat
+//     (QuiesceTransport.SendQuiesce: a MsgHeartbeat with the commit index,
+//     marked in the transport's wrapper) and stops ticking.
+//  2. A follower steps the quiesce heartbeat like any heartbeat (which
+//     resets its election clock and sets its commit index); if it then
+//     follows that leader in that term at that commit index, with nothing
+//     else in its inbox, it quiesces and does not answer. Otherwise it
+//     answers, which wakes the leader, and stays awake.
+//  3. Anything else wakes a replica: a proposal, a read, any message, a
+//     campaign, a transfer, an unreachable report, or Unquiesce (node
+//     liveness, in kvserver: a quiesced follower whose leader's node went
+//     silent, or a quiesced leader with a follower on such a node). A woken
+//     follower whose leader is still quiesced eventually pre-votes; the
+//     pre-vote is refused (its peers are in the leader's lease) but wakes
+//     them, and the leader's heartbeats bring the follower back.
+//
+// Leases stay safe. A leader's lease (leaderLease) rests on followers
+// refusing votes, and not campaigning, for ElectionTicks of their ticks
+// after they acknowledged the leader. A quiescent follower takes no ticks,
+// so quiescence only lengthens that refusal; when it wakes it counts from
+// where its clock stopped, just after the quiesce heartbeat reset it. The
+// quiescent leader renews nothing: its lease runs out at most
+// LeaseDuration after its last renewal, and the first read after that
+// goes through ReadIndex, which wakes the group. A quiescent leader does
+// not run CheckQuorum either; kvserver's liveness wakes it when a
+// follower's node goes silent, so that a leader cut off from its
+// followers steps down while they elect another.
 package replica

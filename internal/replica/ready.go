@@ -52,6 +52,7 @@ func (r *Replica) prepareReady(wb *storage.Batch) *pendingReady {
 	}
 	r.drainInbox()
 	if !r.rn.HasReady() {
+		r.dropHeartbeatResp = 0
 		r.publishStatus()
 		return nil
 	}
@@ -70,7 +71,14 @@ func (r *Replica) prepareReady(wb *storage.Batch) *pendingReady {
 	// Send first what needs nothing durable: the followers append while
 	// this node persists (raft thesis 10.2.1; see the package comment).
 	var early []raftpb.Message
+	drop := r.dropHeartbeatResp
+	r.dropHeartbeatResp = 0
 	for _, m := range rd.Messages {
+		if drop != 0 && m.Type == raftpb.MsgHeartbeatResp && m.To == drop && r.quiescent.Load() {
+			// The answer to the quiesce heartbeat this follower quiesced
+			// on: it would only wake the leader.
+			continue
+		}
 		if needsDurableState(m) {
 			p.late = append(p.late, m)
 		} else {

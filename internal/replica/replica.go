@@ -55,6 +55,19 @@ type Transport interface {
 	Send(rangeID uint64, msgs []raftpb.Message)
 }
 
+// QuiesceTransport is a Transport that can mark heartbeats as quiesce
+// heartbeats (see quiescence in the package comment). A replica quiesces
+// only if its Transport implements it.
+type QuiesceTransport interface {
+	Transport
+	// SendQuiesce sends msgs (MsgHeartbeat) marked so that the receiving
+	// node hands them to Replica.StepQuiesce rather than Replica.Step.
+	SendQuiesce(rangeID uint64, msgs []raftpb.Message)
+}
+
+// QuiesceIdleTicks is the default of Config.QuiesceIdleTicks.
+const QuiesceIdleTicks = 3
+
 // Config configures a Replica. Zero fields take defaults.
 type Config struct {
 	RangeID uint64
@@ -90,6 +103,15 @@ type Config struct {
 	ClockRateDriftMax float64
 	// Now is the clock (default time.Now); tests pass their own.
 	Now func() time.Time
+	// QuiesceIdleTicks is how many ticks a leader must see without a
+	// proposal, a read or a change of its commit index before it quiesces
+	// the group (default QuiesceIdleTicks). Quiescence needs a
+	// QuiesceTransport; without one the group never quiesces.
+	QuiesceIdleTicks int
+	// PeerLive reports whether the node nodeID has been heard from lately
+	// (node liveness). A leader quiesces only if every follower is live.
+	// nil: every peer counts as live.
+	PeerLive func(nodeID uint64) bool
 }
 
 // EnsureDefaults fills the zero fields with their defaults.
@@ -114,6 +136,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.QuiesceIdleTicks == 0 {
+		c.QuiesceIdleTicks = QuiesceIdleTicks
 	}
 }
 
@@ -152,6 +177,9 @@ type Status struct {
 	// no other replica can have been elected, so the replica's applied
 	// state is current without a ReadIndex round (see leaderLease).
 	LeaseExpiry time.Time
+	// Quiescent: the replica is quiesced and takes no ticks (see the
+	// package comment).
+	Quiescent bool
 }
 
 // LeaseValid reports whether the replica may serve a current read at now
@@ -265,10 +293,16 @@ type Replica struct {
 		transfer  uint64
 		unreach   []uint64
 		snapFails []uint64
-		started   bool
-		stopped   bool
+		// quiesceMsg: a quiesce heartbeat from the leader (StepQuiesce),
+		// stepped like msgs but then allowed to quiesce the follower.
+		quiesceMsg *raftpb.Message
+		started    bool
+		stopped    bool
 	}
-	stopc chan struct{}
+	// quiescent: the replica takes no ticks (Tick is a no-op) until
+	// something unquiesces it. Written under mu, read without it.
+	quiescent atomic.Bool
+	stopc     chan struct{}
 
 	// scheduler processes the replica's work (set by New or, at the
 	// latest, by Start under mu before mu.started; fixed after); sched is
@@ -297,6 +331,15 @@ type Replica struct {
 	readCtx     map[string]*readRequest
 	lease       leaderLease
 	applyWait   []*readWaiter // have a read index, wait for applied >= index
+	// idleTicks counts the ticks a leader has taken since the last
+	// proposal, read, campaign, transfer or commit index change;
+	// idleCommit is the commit index at the last of those.
+	idleTicks  int
+	idleCommit uint64
+	// dropHeartbeatResp: the follower just quiesced on a quiesce
+	// heartbeat from this leader; the response Raft made is not sent (it
+	// would wake the leader).
+	dropHeartbeatResp uint64
 
 	status atomic.Pointer[Status]
 	// statusCh is closed and replaced whenever leadership or the
@@ -432,13 +475,71 @@ func (r *Replica) RangeID() uint64 { return r.cfg.RangeID }
 // Status returns the latest published Raft status.
 func (r *Replica) Status() Status { return *r.status.Load() }
 
-// Step hands an incoming Raft message to the replica.
+// Step hands an incoming Raft message to the replica. It unquiesces the
+// replica.
 func (r *Replica) Step(m raftpb.Message) {
 	r.enqueue(func() { r.mu.msgs = append(r.mu.msgs, m) })
 }
 
-// Tick advances the replica's logical clock by one tick.
-func (r *Replica) Tick() { r.enqueue(func() { r.mu.ticks++ }) }
+// StepQuiesce hands the replica a quiesce heartbeat (a MsgHeartbeat the
+// leader sent by QuiesceTransport.SendQuiesce). It is stepped like any
+// message; then, if the replica is a follower of that leader in its term
+// and knows its commit index, and nothing else is waiting in the inbox,
+// the replica quiesces (and does not answer the heartbeat, which would
+// wake the leader). Otherwise the replica stays awake and answers.
+func (r *Replica) StepQuiesce(m raftpb.Message) {
+	if m.Type != raftpb.MsgHeartbeat {
+		r.Step(m)
+		return
+	}
+	r.mu.Lock()
+	if r.mu.quiesceMsg != nil {
+		r.mu.msgs = append(r.mu.msgs, *r.mu.quiesceMsg)
+	}
+	r.mu.quiesceMsg = &m
+	started := r.mu.started
+	r.mu.Unlock()
+	if started {
+		r.scheduler.enqueue(r)
+	}
+}
+
+// Tick advances the replica's logical clock by one tick. A quiescent
+// replica ignores it (and is not queued with the scheduler).
+func (r *Replica) Tick() {
+	if r.quiescent.Load() {
+		return
+	}
+	r.mu.Lock()
+	if r.quiescent.Load() {
+		r.mu.Unlock()
+		return
+	}
+	r.mu.ticks++
+	started := r.mu.started
+	r.mu.Unlock()
+	if started {
+		r.scheduler.enqueue(r)
+	}
+}
+
+// Quiescent reports whether the replica is quiesced: it takes no ticks
+// until a proposal, a read, a message, a campaign, a transfer or
+// Unquiesce wakes it.
+func (r *Replica) Quiescent() bool { return r.quiescent.Load() }
+
+// Unquiesce wakes a quiesced replica: it takes ticks again (node liveness
+// calls it when the leader's node, or a leader's follower's node, went
+// silent). The replica's election clock starts where it stopped, which is
+// at most a tick after the last heartbeat it stepped.
+func (r *Replica) Unquiesce() {
+	if !r.quiescent.Load() {
+		return
+	}
+	r.mu.Lock()
+	r.quiescent.Store(false)
+	r.mu.Unlock()
+}
 
 // Campaign asks the replica to start an election now.
 func (r *Replica) Campaign() { r.enqueue(func() { r.mu.campaign = true }) }
@@ -456,9 +557,11 @@ func (r *Replica) ReportSnapshotFailure(to uint64) {
 	r.enqueue(func() { r.mu.snapFails = append(r.mu.snapFails, to) })
 }
 
+// enqueue runs f on the inbox under mu, wakes the replica and queues it.
 func (r *Replica) enqueue(f func()) {
 	r.mu.Lock()
 	f()
+	r.quiescent.Store(false)
 	started := r.mu.started
 	r.mu.Unlock()
 	if started {
@@ -509,6 +612,7 @@ func (r *Replica) ProposeEvaluated(ctx context.Context, cmd []byte, term uint64,
 		return nil, err
 	}
 	r.mu.props = append(r.mu.props, p)
+	r.quiescent.Store(false)
 	started := r.mu.started
 	r.mu.Unlock()
 	if started {
@@ -599,6 +703,7 @@ func (r *Replica) publishStatus() {
 		Applied:     r.applied,
 		Truncated:   r.truncIndex,
 		Leaseholder: isLeader && r.appliedTerm == bs.Term,
+		Quiescent:   r.quiescent.Load(),
 	}
 	if st.Leaseholder && r.lease.term == bs.Term && r.lease.blockedTerm != bs.Term {
 		st.LeaseExpiry = r.lease.expiry
@@ -615,21 +720,42 @@ func (r *Replica) drainInbox() {
 	msgs, props, reads := r.mu.msgs, r.mu.props, r.mu.reads
 	ticks, campaign, transfer := r.mu.ticks, r.mu.campaign, r.mu.transfer
 	unreach, snapFails := r.mu.unreach, r.mu.snapFails
+	quiesceMsg := r.mu.quiesceMsg
 	r.mu.msgs, r.mu.props, r.mu.reads = nil, nil, nil
 	r.mu.ticks, r.mu.campaign, r.mu.transfer = 0, false, 0
 	r.mu.unreach, r.mu.snapFails = nil, nil
+	r.mu.quiesceMsg = nil
 	for _, p := range props {
 		p.handed = true
 	}
+	onlyTicks := len(msgs) == 0 && len(props) == 0 && len(reads) == 0 && !campaign &&
+		transfer == 0 && len(unreach) == 0 && len(snapFails) == 0 && quiesceMsg == nil
+	onlyQuiesce := quiesceMsg != nil && len(msgs) == 0 && len(props) == 0 && len(reads) == 0 &&
+		!campaign && transfer == 0 && len(unreach) == 0 && len(snapFails) == 0
 	r.mu.Unlock()
 
+	if len(props) > 0 || len(reads) > 0 || campaign || transfer != 0 {
+		r.idleTicks = 0
+	}
+	if ticks > 0 && onlyTicks && r.maybeQuiesceLeader() {
+		// Quiesced instead of ticking: the ticks are dropped, as a
+		// quiescent replica's are.
+		ticks = 0
+	}
 	for i := 0; i < ticks; i++ {
 		r.rn.Tick()
+		r.idleTicks++
 	}
 	for _, m := range msgs {
 		// Errors here are messages for an unknown peer or a stale term;
 		// Raft has already ignored them.
 		_ = r.rn.Step(m)
+	}
+	if quiesceMsg != nil {
+		_ = r.rn.Step(*quiesceMsg)
+		if onlyQuiesce {
+			r.maybeQuiesceFollower(*quiesceMsg)
+		}
 	}
 	for _, to := range unreach {
 		r.rn.ReportUnreachable(to)
@@ -670,6 +796,91 @@ func (r *Replica) drainInbox() {
 	if isLeader && ticks > 0 {
 		r.maybeRenewLease(term)
 	}
+}
+
+// maybeQuiesceLeader quiesces the group if this replica leads it and the
+// group is idle: it has taken QuiesceIdleTicks ticks with no proposal,
+// read or commit; nothing is pending (proposals, reads, lease renewals,
+// a transfer, a Ready); every follower is live, recently active and
+// holds the whole log, which is committed and applied here. It then sends
+// every follower a quiesce heartbeat carrying the commit index and stops
+// ticking. It reports whether it quiesced. raftMu must be held.
+//
+// The leader's lease is not renewed while it is quiescent: it runs out,
+// and the first read after that goes through ReadIndex, which wakes the
+// group. That is safe: the lease needs followers that refuse votes for
+// ElectionTicks of their ticks after they acknowledged the leader, and a
+// quiescent follower takes no ticks.
+func (r *Replica) maybeQuiesceLeader() bool {
+	qt, ok := r.cfg.Transport.(QuiesceTransport)
+	if !ok || r.rn.HasReady() {
+		return false
+	}
+	bs := r.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader {
+		r.idleTicks = 0
+		return false
+	}
+	if bs.Commit != r.idleCommit {
+		r.idleCommit = bs.Commit
+		r.idleTicks = 0
+	}
+	if r.idleTicks < r.cfg.QuiesceIdleTicks || bs.LeadTransferee != 0 ||
+		bs.Commit != r.lastIndex || r.applied != r.lastIndex || r.appliedTerm != bs.Term ||
+		len(r.proposals) > 0 || len(r.byIndex) > 0 || len(r.readCtx) > 0 || len(r.applyWait) > 0 {
+		return false
+	}
+	var followers []uint64
+	all := true
+	r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if id == r.cfg.NodeID {
+			return
+		}
+		if pr.Match != r.lastIndex || pr.State != tracker.StateReplicate || !pr.RecentActive ||
+			(r.cfg.PeerLive != nil && !r.cfg.PeerLive(id)) {
+			all = false
+		}
+		followers = append(followers, id)
+	})
+	if !all {
+		return false
+	}
+	// Under mu, and only if the inbox is still empty: whatever arrived
+	// meanwhile has queued the replica and must find it awake.
+	r.mu.Lock()
+	empty := len(r.mu.msgs) == 0 && len(r.mu.props) == 0 && len(r.mu.reads) == 0 && !r.mu.campaign &&
+		r.mu.transfer == 0 && len(r.mu.unreach) == 0 && len(r.mu.snapFails) == 0 && r.mu.quiesceMsg == nil
+	if empty {
+		r.quiescent.Store(true)
+	}
+	r.mu.Unlock()
+	if !empty {
+		return false
+	}
+	msgs := make([]raftpb.Message, 0, len(followers))
+	for _, id := range followers {
+		msgs = append(msgs, raftpb.Message{Type: raftpb.MsgHeartbeat, From: r.cfg.NodeID, To: id, Term: bs.Term, Commit: bs.Commit})
+	}
+	qt.SendQuiesce(r.cfg.RangeID, msgs)
+	return true
+}
+
+// maybeQuiesceFollower quiesces the replica after it stepped m, a quiesce
+// heartbeat, if it follows m's sender in m's term and has m's commit index.
+// Its election clock was just reset by m. raftMu must be held.
+func (r *Replica) maybeQuiesceFollower(m raftpb.Message) {
+	bs := r.rn.BasicStatus()
+	if bs.RaftState != raft.StateFollower || bs.Lead != m.From || bs.Term != m.Term || bs.Commit != m.Commit {
+		return
+	}
+	r.mu.Lock()
+	empty := len(r.mu.msgs) == 0 && len(r.mu.props) == 0 && len(r.mu.reads) == 0 && !r.mu.campaign &&
+		r.mu.transfer == 0 && len(r.mu.unreach) == 0 && len(r.mu.snapFails) == 0 && r.mu.quiesceMsg == nil
+	if empty {
+		r.quiescent.Store(true)
+		r.dropHeartbeatResp = m.From
+	}
+	r.mu.Unlock()
 }
 
 func (r *Replica) readIndex(reads []*readWaiter, term uint64) {

@@ -87,8 +87,24 @@ func (n *memNet) set(id uint64, r *Replica) {
 	}
 }
 
+// quiesceNet is memNet with quiesce heartbeats: groups on it quiesce.
+type quiesceNet struct{ *memNet }
+
+func (n quiesceNet) SendQuiesce(_ uint64, msgs []raftpb.Message) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, m := range msgs {
+		if r := n.replicas[m.To]; r != nil {
+			r.StepQuiesce(m)
+		}
+	}
+}
+
 type group struct {
 	t *testing.T
+	// quiesce: the replicas use quiesceNet, and the ticker plays node
+	// liveness: a quiesced replica whose leader is stopped is woken.
+	quiesce bool
 	// mod, if set, adjusts each replica's config.
 	mod     func(*Config)
 	net     *memNet
@@ -101,8 +117,12 @@ type group struct {
 func newGroup(t *testing.T, keep uint64) *group { return newGroupWith(t, keep, nil) }
 
 func newGroupWith(t *testing.T, keep uint64, mod func(*Config)) *group {
+	return newGroupOpts(t, keep, mod, false)
+}
+
+func newGroupOpts(t *testing.T, keep uint64, mod func(*Config), quiesce bool) *group {
 	g := &group{t: t, mod: mod, net: &memNet{replicas: map[uint64]*Replica{}}, engines: map[uint64]*storage.Engine{},
-		scheds: map[uint64]*Scheduler{}, stopTick: make(chan struct{})}
+		scheds: map[uint64]*Scheduler{}, stopTick: make(chan struct{}), quiesce: quiesce}
 	for id := uint64(1); id <= 3; id++ {
 		eng, err := storage.Open(t.TempDir(), storage.Options{})
 		if err != nil {
@@ -132,6 +152,9 @@ func newGroupWith(t *testing.T, keep uint64, mod func(*Config)) *group {
 			case <-tk.C:
 				g.net.mu.Lock()
 				for _, r := range g.net.replicas {
+					if st := r.Status(); st.Quiescent && g.net.replicas[st.Leader] == nil {
+						r.Unquiesce() // the leader's node is silent
+					}
 					r.Tick()
 				}
 				g.net.mu.Unlock()
@@ -151,6 +174,9 @@ func newGroupWith(t *testing.T, keep uint64, mod func(*Config)) *group {
 
 func (g *group) start(id, keep uint64) {
 	cfg := Config{RangeID: 1, NodeID: id, Engine: g.engines[id], SM: kvSM{}, Transport: g.net, LogEntriesKeep: keep, Scheduler: g.scheds[id]}
+	if g.quiesce {
+		cfg.Transport = quiesceNet{g.net}
+	}
 	if g.mod != nil {
 		g.mod(&cfg)
 	}

@@ -3020,11 +3020,16 @@ func (x *NodeStatusResponse) GetBootstrapped() bool {
 
 // Node-internal messages: Raft traffic and bootstrap of peers.
 type RaftMessage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RangeId       uint64                 `protobuf:"varint,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
-	FromNodeId    uint64                 `protobuf:"varint,2,opt,name=from_node_id,json=fromNodeId,proto3" json:"from_node_id,omitempty"`
-	ToNodeId      uint64                 `protobuf:"varint,3,opt,name=to_node_id,json=toNodeId,proto3" json:"to_node_id,omitempty"`
-	Message       []byte                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"` // raftpb.Message, marshalled
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	RangeId    uint64                 `protobuf:"varint,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	FromNodeId uint64                 `protobuf:"varint,2,opt,name=from_node_id,json=fromNodeId,proto3" json:"from_node_id,omitempty"`
+	ToNodeId   uint64                 `protobuf:"varint,3,opt,name=to_node_id,json=toNodeId,proto3" json:"to_node_id,omitempty"`
+	Message    []byte                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"` // raftpb.Message, marshalled
+	// Set on the first message for a range the receiver may not know (a
+	// snapshot for an uninitialized replica carries its descriptor inside).
+	// quiesce marks a leader's quiesce heartbeat (a MsgHeartbeat): the
+	// receiver hands it to replica.StepQuiesce.
+	Quiesce       bool `protobuf:"varint,5,opt,name=quiesce,proto3" json:"quiesce,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3087,9 +3092,21 @@ func (x *RaftMessage) GetMessage() []byte {
 	return nil
 }
 
+func (x *RaftMessage) GetQuiesce() bool {
+	if x != nil {
+		return x.Quiesce
+	}
+	return false
+}
+
+// RaftMessageBatch is what a node's transport sends a peer at once. Every
+// batch, even an empty one, tells the receiver that from_node_id is alive
+// (node liveness: the transport sends an empty batch on a tick in which it
+// sent nothing else).
 type RaftMessageBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Messages      []*RaftMessage         `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	FromNodeId    uint64                 `protobuf:"varint,2,opt,name=from_node_id,json=fromNodeId,proto3" json:"from_node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3129,6 +3146,13 @@ func (x *RaftMessageBatch) GetMessages() []*RaftMessage {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *RaftMessageBatch) GetFromNodeId() uint64 {
+	if x != nil {
+		return x.FromNodeId
+	}
+	return 0
 }
 
 type RaftMessageBatchResponse struct {
@@ -4127,16 +4151,19 @@ const file_canopy_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12+\n" +
 	"\x06ranges\x18\x03 \x03(\v2\x13.canopy.RangeStatusR\x06ranges\x12\"\n" +
-	"\fbootstrapped\x18\x04 \x01(\bR\fbootstrapped\"\x82\x01\n" +
+	"\fbootstrapped\x18\x04 \x01(\bR\fbootstrapped\"\x9c\x01\n" +
 	"\vRaftMessage\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\x04R\arangeId\x12 \n" +
 	"\ffrom_node_id\x18\x02 \x01(\x04R\n" +
 	"fromNodeId\x12\x1c\n" +
 	"\n" +
 	"to_node_id\x18\x03 \x01(\x04R\btoNodeId\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\fR\amessage\"C\n" +
+	"\amessage\x18\x04 \x01(\fR\amessage\x12\x18\n" +
+	"\aquiesce\x18\x05 \x01(\bR\aquiesce\"e\n" +
 	"\x10RaftMessageBatch\x12/\n" +
-	"\bmessages\x18\x01 \x03(\v2\x13.canopy.RaftMessageR\bmessages\"\x1a\n" +
+	"\bmessages\x18\x01 \x03(\v2\x13.canopy.RaftMessageR\bmessages\x12 \n" +
+	"\ffrom_node_id\x18\x02 \x01(\x04R\n" +
+	"fromNodeId\"\x1a\n" +
 	"\x18RaftMessageBatchResponse\"\xef\x01\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12,\n" +
