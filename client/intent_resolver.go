@@ -164,21 +164,26 @@ func (db *DB) awaitDecision(ctx context.Context, ft *foreignTxn, w waiter) (deci
 }
 
 // resolveKeys resolves the intents of startTs at ks to commitTs (0:
-// aborted), in batches of at most Options.ResolveBatchKeysMax, split per
-// range.
+// aborted).
 func (db *DB) resolveKeys(ctx context.Context, startTs, commitTs uint64, ks [][]byte) error {
-	for len(ks) > 0 {
-		n := min(len(ks), db.opts.ResolveBatchKeysMax)
-		reqs := make([]*rpcpb.RequestUnion, n)
-		for i, k := range ks[:n] {
-			reqs[i] = &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_ResolveIntent{ResolveIntent: &rpcpb.ResolveIntentRequest{
-				Key: k, TxnStart: startTs, CommitTs: commitTs}}}
-		}
-		if _, err := db.sender.sendPoints(ctx, true, reqs); err != nil {
+	reqs := make([]*rpcpb.RequestUnion, len(ks))
+	for i, k := range ks {
+		reqs[i] = &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_ResolveIntent{ResolveIntent: &rpcpb.ResolveIntentRequest{
+			Key: k, TxnStart: startTs, CommitTs: commitTs}}}
+	}
+	return db.resolveRequests(ctx, reqs)
+}
+
+// resolveRequests sends ResolveIntent requests in batches of at most
+// Options.ResolveBatchKeysMax, split per range.
+func (db *DB) resolveRequests(ctx context.Context, reqs []*rpcpb.RequestUnion) error {
+	for len(reqs) > 0 {
+		n := min(len(reqs), db.opts.ResolveBatchKeysMax)
+		if _, err := db.sender.sendPoints(ctx, true, reqs[:n]); err != nil {
 			return err
 		}
 		db.stats.intentsResolved.add(int64(n))
-		ks = ks[n:]
+		reqs = reqs[n:]
 	}
 	return nil
 }
@@ -235,25 +240,58 @@ func (r *intentResolver) enqueue(ctx context.Context, t resolveTask) {
 	}
 }
 
+// ResolveBatchTasksMax bounds the decided transactions one resolver worker
+// cleans up together.
+const ResolveBatchTasksMax = 64
+
+// work cleans up decided transactions. A worker takes the task it waited
+// for and every task already queued behind it (up to ResolveBatchTasksMax)
+// and resolves all their intents together, grouped per range: under load,
+// the intents of many transactions on one range go in one Raft proposal
+// instead of one each. An idle resolver adds no delay: it never waits for
+// a batch to fill.
 func (r *intentResolver) work() {
 	defer r.wg.Done()
 	for t := range r.queue {
-		r.process(t)
+		batch := []resolveTask{t}
+	fill:
+		for len(batch) < ResolveBatchTasksMax {
+			select {
+			case t2, ok := <-r.queue:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, t2)
+			default:
+				break fill
+			}
+		}
+		r.process(batch)
 	}
 }
 
-func (r *intentResolver) process(t resolveTask) {
+func (r *intentResolver) process(batch []resolveTask) {
 	db := r.db
 	ctx, cancel := context.WithTimeout(db.ctx, db.opts.AbortTimeout)
 	defer cancel()
-	if err := db.resolveKeys(ctx, t.startTs, t.commitTs, t.keys); err != nil {
+	var reqs []*rpcpb.RequestUnion
+	for _, t := range batch {
+		for _, k := range t.keys {
+			reqs = append(reqs, &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_ResolveIntent{ResolveIntent: &rpcpb.ResolveIntentRequest{
+				Key: k, TxnStart: t.startTs, CommitTs: t.commitTs}}})
+		}
+	}
+	if err := db.resolveRequests(ctx, reqs); err != nil {
 		if db.ctx.Err() == nil {
 			db.opts.Logger.Warn("canopy client: intent resolution failed; readers will resolve",
-				"start_ts", t.startTs, "commit_ts", t.commitTs, "keys", len(t.keys), "err", err)
+				"transactions", len(batch), "keys", len(reqs), "err", err)
 		}
-		db.stats.resolveDropped.add(1)
+		db.stats.resolveDropped.add(int64(len(batch)))
 	}
-	if t.heartbeatKey != nil {
+	for _, t := range batch {
+		if t.heartbeatKey == nil {
+			continue
+		}
 		if t.heartbeatDone != nil {
 			select {
 			case <-t.heartbeatDone:
