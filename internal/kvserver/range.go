@@ -37,6 +37,36 @@ type rangeSM struct {
 		sync.RWMutex
 		desc *rpcpb.RangeDescriptor // nil while uninitialized
 	}
+	// gc caches the range's GC threshold (kept in the engine, read by every
+	// read): loaded from the engine on first use, then raised when a GC
+	// command or a snapshot applies, before its batch commits, so that a
+	// read is refused no later than the versions it needs are removed.
+	gc struct {
+		sync.Mutex
+		loaded    bool
+		threshold uint64
+	}
+}
+
+// gcThreshold returns the range's GC threshold (see rangeSM.gc).
+func (s *rangeSM) gcThreshold() (uint64, error) {
+	s.gc.Lock()
+	defer s.gc.Unlock()
+	if !s.gc.loaded {
+		t, err := loadGCThreshold(s.n.eng, s.rangeID)
+		if err != nil {
+			return 0, err
+		}
+		s.gc.threshold, s.gc.loaded = t, true
+	}
+	return s.gc.threshold, nil
+}
+
+// raiseGCThreshold records a threshold about to be written.
+func (s *rangeSM) raiseGCThreshold(t uint64) {
+	s.gc.Lock()
+	s.gc.threshold, s.gc.loaded = max(s.gc.threshold, t), true
+	s.gc.Unlock()
 }
 
 // Desc returns the range's current descriptor (nil if uninitialized). The
@@ -319,6 +349,7 @@ func (s *rangeSM) ApplySnapshot(b *storage.Batch, data []byte) (func(), error) {
 	if err := b.Set(registryKey(desc.RangeId), nil); err != nil {
 		return nil, err
 	}
+	s.raiseGCThreshold(st.GcThreshold)
 	return func() { s.setDesc(desc) }, nil
 }
 
@@ -358,6 +389,7 @@ func (s *rangeSM) applyGC(b *storage.Batch, desc *rpcpb.RangeDescriptor, gc *rpc
 	}
 	// The threshold never moves down: reads refused once stay refused.
 	threshold = max(threshold, gc.Threshold)
+	s.raiseGCThreshold(threshold)
 	if err := b.Set(storage.RangeLocalKey(s.rangeID, storage.SuffixGCThreshold), binary.BigEndian.AppendUint64(nil, threshold)); err != nil {
 		panic(err)
 	}

@@ -143,7 +143,7 @@ func (n *Node) readOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchR
 			}
 		}
 		defer snap.Close()
-		gcThreshold, err := loadGCThreshold(snap, rr.r.RangeID())
+		gcThreshold, err := rr.sm.gcThreshold()
 		if err != nil {
 			return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
 		}
