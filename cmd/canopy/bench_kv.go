@@ -80,36 +80,17 @@ func runBenchKV(ctx context.Context, o benchKVOptions, command string) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		for _, tg := range targets {
-			tg.close()
-		}
-	}()
+	defer closeTargets(targets)
 	if o.loadOnly {
 		return nil
 	}
-	stopProfile, err := startCPUProfile(o.cpuProfile)
+	// Points in the order workload, then concurrency.
+	n := len(o.concurrency)
+	rows, err := runBenchPoints(o.benchClusterOptions, targets, len(o.readPercents)*n, func(tg benchTarget, p int, kv kvbench.Options) (kvbench.Result, error) {
+		return kvbench.Run(ctx, tg.kv, kv, o.readPercents[p/n], o.concurrency[p%n])
+	})
 	if err != nil {
 		return err
-	}
-	defer stopProfile()
-	fmt.Println()
-	fmt.Println(kvbench.TableHeader)
-	kv := o.kv
-	kv.Progress = os.Stderr
-	var rows []kvbench.Row
-	for _, rp := range o.readPercents {
-		for _, c := range o.concurrency {
-			for _, tg := range targets {
-				r, err := kvbench.Run(ctx, tg.kv, kv, rp, c)
-				if err != nil {
-					return err
-				}
-				row := kvbench.Row{Cluster: tg.label, ValueBytes: o.kv.ValueBytes, Keys: o.kv.Keys, Result: r}
-				kvbench.WriteTableRow(os.Stdout, row)
-				rows = append(rows, row)
-			}
-		}
 	}
 	return writeBenchOutputs(o.benchClusterOptions, rows, m,
 		fmt.Sprintf("canopy bench kv (%s): %d-byte values, %d keys", o.target, o.kv.ValueBytes, o.kv.Keys))

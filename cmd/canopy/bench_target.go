@@ -260,3 +260,38 @@ func writeBenchOutputs(o benchClusterOptions, rows []kvbench.Row, m bench.Machin
 	fmt.Printf("\nwrote %s.csv and %s.png\n", o.out, o.out)
 	return nil
 }
+
+// closeTargets closes every target.
+func closeTargets(targets []benchTarget) {
+	for _, tg := range targets {
+		tg.close()
+	}
+}
+
+// runBenchPoints runs run for each of points points on each target in
+// turn, under the CPU profile if asked, printing each row of the table as
+// it comes.
+func runBenchPoints(o benchClusterOptions, targets []benchTarget, points int, run func(tg benchTarget, point int, kv kvbench.Options) (kvbench.Result, error)) ([]kvbench.Row, error) {
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return nil, err
+	}
+	defer stopProfile()
+	fmt.Println()
+	fmt.Println(kvbench.TableHeader)
+	kv := o.kv
+	kv.Progress = os.Stderr
+	var rows []kvbench.Row
+	for p := 0; p < points; p++ {
+		for _, tg := range targets {
+			r, err := run(tg, p, kv)
+			if err != nil {
+				return nil, err
+			}
+			row := kvbench.Row{Cluster: tg.label, ValueBytes: o.kv.ValueBytes, Keys: o.kv.Keys, Result: r}
+			kvbench.WriteTableRow(os.Stdout, row)
+			rows = append(rows, row)
+		}
+	}
+	return rows, nil
+}

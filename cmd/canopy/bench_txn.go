@@ -76,11 +76,7 @@ func runBenchTxn(ctx context.Context, o benchTxnOptions, command string) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		for _, tg := range targets {
-			tg.close()
-		}
-	}()
+	defer closeTargets(targets)
 	if o.pipelining {
 		for i := range targets {
 			if err := pipelineTarget(ctx, &targets[i]); err != nil {
@@ -91,26 +87,11 @@ func runBenchTxn(ctx context.Context, o benchTxnOptions, command string) error {
 	if o.loadOnly {
 		return nil
 	}
-	stopProfile, err := startCPUProfile(o.cpuProfile)
+	rows, err := runBenchPoints(o.benchClusterOptions, targets, len(o.concurrency), func(tg benchTarget, p int, kv kvbench.Options) (kvbench.Result, error) {
+		return txnbench.Run(ctx, tg.txn, kv, o.concurrency[p])
+	})
 	if err != nil {
 		return err
-	}
-	defer stopProfile()
-	fmt.Println()
-	fmt.Println(kvbench.TableHeader)
-	kv := o.kv
-	kv.Progress = os.Stderr
-	var rows []kvbench.Row
-	for _, c := range o.concurrency {
-		for _, tg := range targets {
-			r, err := txnbench.Run(ctx, tg.txn, kv, c)
-			if err != nil {
-				return err
-			}
-			row := kvbench.Row{Cluster: tg.label, ValueBytes: o.kv.ValueBytes, Keys: o.kv.Keys, Result: r}
-			kvbench.WriteTableRow(os.Stdout, row)
-			rows = append(rows, row)
-		}
 	}
 	if o.check {
 		for _, tg := range targets {
