@@ -22,6 +22,8 @@ type DB struct {
 	enc      txnstatus.Encoding
 	settings *rpcpb.ClusterSettings
 	resolver *intentResolver
+	// statuses caches decided transactions' statuses.
+	statuses *statusCache
 	stats    stats
 
 	// ctx is the background context of the DB's goroutines (oracle RPCs,
@@ -68,6 +70,7 @@ func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) 
 		}
 	}
 	db.resolver = newIntentResolver(db)
+	db.statuses = newStatusCache(db.opts.StatusCacheEntriesMax)
 	return db, nil
 }
 

@@ -99,16 +99,54 @@ func (db *DB) resolveForeign(ctx context.Context, intents []*rpcpb.Intent, w wai
 		}
 		ft.keys = append(ft.keys, in.GetKey())
 	}
+	// Decisions known already (cached), then one batched look-up of the
+	// others' status records (the sender splits it per status range);
+	// only the transactions still pending wait, one at a time.
+	decided := map[uint64]uint64{}
+	var unknown []*foreignTxn
 	for _, ft := range txns {
-		d, err := db.awaitDecision(ctx, ft, w)
+		if c, ok := db.statuses.get(ft.startTs); ok {
+			decided[ft.startTs] = c
+		} else {
+			unknown = append(unknown, ft)
+		}
+	}
+	if len(unknown) > 1 {
+		reqs := make([]*rpcpb.RequestUnion, len(unknown))
+		for i, ft := range unknown {
+			reqs[i] = &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{Key: db.statusKey(ft.startTs)}}}
+		}
+		resps, err := db.sender.sendPoints(ctx, false, reqs)
 		if err != nil {
 			return err
 		}
-		if err := db.resolveKeys(ctx, ft.startTs, d.commitTs, ft.keys); err != nil {
-			return err
+		for i, ft := range unknown {
+			if st := resps[i].GetPlainGet(); st.GetFound() {
+				c, _, err := db.decodeStatus(ft.startTs, st.GetValue())
+				if err != nil {
+					return err
+				}
+				db.statuses.put(ft.startTs, c)
+				decided[ft.startTs] = c
+			}
 		}
 	}
-	return nil
+	var reqs []*rpcpb.RequestUnion
+	for _, ft := range txns {
+		c, ok := decided[ft.startTs]
+		if !ok {
+			d, err := db.awaitDecision(ctx, ft, w)
+			if err != nil {
+				return err
+			}
+			c = d.commitTs
+		}
+		for _, k := range ft.keys {
+			reqs = append(reqs, &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_ResolveIntent{ResolveIntent: &rpcpb.ResolveIntentRequest{
+				Key: k, TxnStart: ft.startTs, CommitTs: c}}})
+		}
+	}
+	return db.resolveRequests(ctx, reqs)
 }
 
 // awaitDecision returns the decision of ft, aborting it if its heartbeat
@@ -134,6 +172,9 @@ func (db *DB) awaitDecision(ctx context.Context, ft *foreignTxn, w waiter) (deci
 		}
 		if st.GetFound() {
 			c, _, err := db.decodeStatus(ft.startTs, st.GetValue())
+			if err == nil {
+				db.statuses.put(ft.startTs, c)
+			}
 			return decision{commitTs: c}, err
 		}
 		// No record: the transaction is alive until its start plus the

@@ -88,6 +88,11 @@ type Options struct {
 	// ResolveBatchKeysMax is the most ResolveIntent requests in one batch.
 	// Default 1000.
 	ResolveBatchKeysMax int
+	// StatusCacheEntriesMax bounds the decided transactions (final, so
+	// never stale) whose status this client remembers, so that intents of
+	// one transaction met again cost no status-table read. Default 65536
+	// (about 2 MiB); negative disables the cache.
+	StatusCacheEntriesMax int
 	// AbortTimeout bounds the status-table writes made on behalf of a
 	// caller whose context may have ended (abort, ambiguous-commit lookup).
 	// Default 5s.
@@ -187,6 +192,7 @@ func (o *Options) EnsureDefaults() {
 	setInt(&o.ResolveWorkers, 4)
 	setInt(&o.ResolveQueueMax, 1024)
 	setInt(&o.ResolveBatchKeysMax, 1000)
+	setInt(&o.StatusCacheEntriesMax, 65536)
 	setDur(&o.AbortTimeout, 5*time.Second)
 	setDur(&o.CloseDrainMax, 5*time.Second)
 	setInt(&o.PipelinedBytesMax, 256<<10)

@@ -106,11 +106,13 @@ func (db *DB) abortTxn(ctx context.Context, startTs uint64) (decision, error) {
 		return decision{}, err
 	}
 	if ok {
-		return decision{}, nil
+		db.statuses.put(startTs, txnstatus.Aborted)
+		return decision{commitTs: txnstatus.Aborted}, nil
 	}
 	c, _, err := db.decodeStatus(startTs, existing)
 	if err != nil {
 		return decision{}, err
 	}
+	db.statuses.put(startTs, c)
 	return decision{commitTs: c}, nil
 }

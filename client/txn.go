@@ -328,6 +328,11 @@ func (t *Txn) finish(ctx context.Context, d decision) {
 		t.db.stats.aborts.add(1)
 	} else {
 		t.db.stats.commits.add(1)
+		if len(ks) > 0 {
+			// Recorded by a put-unless-exists that succeeded (or read
+			// back): final. (An abort is cached by abortTxn, once written.)
+			t.db.statuses.put(t.startTs, d.commitTs)
+		}
 	}
 	written, done := t.hb.stop()
 	if len(ks) == 0 && !written {
