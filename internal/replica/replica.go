@@ -515,7 +515,13 @@ func (r *Replica) Tick() {
 		r.mu.Unlock()
 		return
 	}
-	r.mu.ticks++
+	// Ticks that pile up while the replica waits in the scheduler's queue
+	// count as one: under overload, a backlog of ticks taken at once would
+	// fire election timeouts before the heartbeats waiting behind them in
+	// the inbox are stepped (an election storm that feeds the overload).
+	// Counting fewer ticks is safe for the lease: a follower then refuses
+	// votes for longer, never shorter, than ElectionTicks tick intervals.
+	r.mu.ticks = 1
 	started := r.mu.started
 	r.mu.Unlock()
 	if started {
