@@ -658,7 +658,10 @@ func (n *Node) balance() {
 				}
 			}
 		}
-		if gen, ok := n.metaChecked[d.RangeId]; ok && gen == d.Generation {
+		if gen, ok := n.metaChecked[d.RangeId]; (ok && gen == d.Generation) || d.Generation == 0 {
+			// Generation 0: a range of the initial layout, whose meta
+			// record Bootstrap wrote into range 1's initial state (a split
+			// gives both sides generation 1 or more).
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
