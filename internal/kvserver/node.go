@@ -527,40 +527,46 @@ func (n *Node) reportUnreachable(rangeID uint64, m *raftpb.Message) {
 
 // receiveRaft steps an incoming message into its replica, creating an
 // uninitialized replica for a range this node does not know yet.
-func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) {
+func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) error {
 	if !n.bootstrapped() || rm.ToNodeId != n.NodeID() {
-		return
+		return nil
 	}
 	var m raftpb.Message
 	if err := m.Unmarshal(rm.Message); err != nil {
-		return
+		return nil
 	}
 	if (m.Type == raftpb.MsgVote || m.Type == raftpb.MsgPreVote) && time.Now().Before(n.votesFrom) {
 		// This node may have acknowledged a leader's heartbeat just before
 		// it stopped, and forgot it: a vote now could elect a new leader
 		// while that leader's lease runs (see replica.leaderLease). The
 		// candidate retries after its election timeout.
-		return
+		return nil
 	}
 	rr := n.replica(rm.RangeId)
 	if rm.Quiesce && rr != nil {
 		rr.r.StepQuiesce(m)
-		return
+		return nil
 	}
 	if m.Type == raftpb.MsgSnap && (rr == nil || rr.sm.Desc() == nil) {
 		// A snapshot may only initialize a replica if its span overlaps no
 		// other replica here: otherwise that replica has yet to apply the
 		// split that created this range, and would still write into it.
+		//
+		// The refusal must reach the sender: its Raft leader otherwise waits
+		// for this snapshot forever (a follower in StateSnapshot gets no
+		// appends until the snapshot is reported), and the replica that the
+		// split creates here later, at the split's initial index, would never
+		// catch up.
 		st, _, err := snapshotState(m.Snapshot.Data)
 		if err != nil {
-			return
+			return fmt.Errorf("kvserver: snapshot for r%d: %w", rm.RangeId, err)
 		}
 		d := st.Range
 		for _, other := range n.replicaList() {
 			od := other.sm.Desc()
 			if other.r.RangeID() != rm.RangeId && od != nil &&
 				string(od.StartKey) < string(d.EndKey) && string(d.StartKey) < string(od.EndKey) {
-				return
+				return fmt.Errorf("kvserver: snapshot for r%d refused on n%d: it overlaps r%d, which has yet to apply the split", rm.RangeId, n.NodeID(), other.r.RangeID())
 			}
 		}
 	}
@@ -568,10 +574,11 @@ func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) {
 		var err error
 		if rr, err = n.newReplica(rm.RangeId, nil); err != nil {
 			n.log.Error("creating replica", "range", rm.RangeId, "err", err)
-			return
+			return err
 		}
 	}
 	rr.r.Step(m)
+	return nil
 }
 
 // runEvery calls fn every interval until the node stops.

@@ -34,7 +34,8 @@ func (s *internalService) RaftStream(stream rpcpb.Internal_RaftStreamServer) err
 		}
 		n.liveness.heardFrom(from)
 		for _, m := range b.Messages {
-			n.receiveRaft(m)
+			// Snapshots, whose refusal matters, come by the unary RPC.
+			_ = n.receiveRaft(m)
 		}
 	})
 }

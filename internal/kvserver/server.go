@@ -2,6 +2,8 @@ package kvserver
 
 import (
 	"context"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"time"
 
 	"github.com/canopy-db/canopy/internal/eval"
@@ -329,8 +331,17 @@ func (s *kvService) Bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) 
 
 // Raft implements rpcpb.InternalServer.
 func (s *internalService) Raft(ctx context.Context, req *rpcpb.RaftMessageBatch) (*rpcpb.RaftMessageBatchResponse, error) {
+	// Snapshots come over this RPC one at a time, and its error is how a
+	// refused snapshot reaches the sender's Raft leader (reported as a
+	// failed snapshot, so that it tries again later).
+	var first error
 	for _, m := range req.Messages {
-		s.n.receiveRaft(m)
+		if err := s.n.receiveRaft(m); err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return nil, status.Error(codes.FailedPrecondition, first.Error())
 	}
 	return &rpcpb.RaftMessageBatchResponse{}, nil
 }
