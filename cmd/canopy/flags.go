@@ -47,17 +47,13 @@ func checkHostPort(flag, addr string, zeroOK, resolve bool) error {
 	}
 	if resolve && host != "" && net.ParseIP(host) == nil {
 		r := &net.Resolver{}
-		ctx, cancel := contextWithTimeout(DNSLookupTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), DNSLookupTimeout)
 		defer cancel()
 		if _, err := r.LookupHost(ctx, host); err != nil {
 			return fmt.Errorf("--%s %q: host %q does not resolve: %v", flag, addr, host, err)
 		}
 	}
 	return nil
-}
-
-func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), d)
 }
 
 // checkStartFlags validates `canopy start`'s flags.

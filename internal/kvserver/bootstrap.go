@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"github.com/canopy-db/canopy/internal/eval"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/mvcc"
@@ -180,7 +181,7 @@ func (n *Node) join(req *rpcpb.JoinRequest) *rpcpb.Error {
 			return pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)
 		}
 		for _, kv := range req.InitialData {
-			if containsKey(d, kv.Key) {
+			if eval.ContainsKey(d, kv.Key) {
 				if err := mvcc.PutPlain(b, kv.Key, kv.Value); err != nil {
 					return pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/canopy-db/canopy/internal/concurrency"
@@ -148,36 +149,19 @@ func (n *Node) waitForIntent(ctx context.Context, rr *rangeReplica, waiter uint6
 	return false, nil
 }
 
-// read evaluates a batch of reads (readOnce), waiting at the leaseholder
-// for intents it meets to be resolved.
-func (n *Node) read(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+// withIntentWaits runs once (readOnce or writeOnce), and while its
+// evaluation meets another transaction's intent, waits at the leaseholder
+// for that intent to be resolved (with strength s: shared for reads,
+// exclusive for writes) and runs it again, at most LockWaitsMax times.
+func (n *Node) withIntentWaits(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest, s concurrency.Strength,
+	once func(context.Context, *rangeReplica, *rpcpb.BatchRequest) *rpcpb.BatchResponse) *rpcpb.BatchResponse {
 	for waits := 0; ; waits++ {
-		resp := n.readOnce(ctx, rr, req)
+		resp := once(ctx, rr, req)
 		in := conflictOf(resp.Error)
 		if in == nil || waits >= LockWaitsMax {
 			return resp
 		}
-		again, e := n.waitForIntent(ctx, rr, batchTxn(req), in, concurrency.Shared)
-		if e != nil {
-			return &rpcpb.BatchResponse{Error: e}
-		}
-		if !again {
-			return resp
-		}
-	}
-}
-
-// write evaluates and proposes a batch of writes (writeOnce), waiting at
-// the leaseholder for intents of other transactions it meets to be
-// resolved.
-func (n *Node) write(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
-	for waits := 0; ; waits++ {
-		resp := n.writeOnce(ctx, rr, req)
-		in := conflictOf(resp.Error)
-		if in == nil || waits >= LockWaitsMax {
-			return resp
-		}
-		again, e := n.waitForIntent(ctx, rr, batchTxn(req), in, concurrency.Exclusive)
+		again, e := n.waitForIntent(ctx, rr, batchTxn(req), in, s)
 		if e != nil {
 			return &rpcpb.BatchResponse{Error: e}
 		}
@@ -205,25 +189,16 @@ const AsyncProposalsMax = 1024
 
 // asyncLimit counts a range's pipelined proposals in flight (zero value
 // ready to use).
-type asyncLimit struct {
-	mu sync.Mutex
-	n  int
-}
+type asyncLimit struct{ n atomic.Int64 }
 
 // TryAcquire takes a unit if fewer than AsyncProposalsMax are taken.
 func (s *asyncLimit) TryAcquire() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n >= AsyncProposalsMax {
+	if s.n.Add(1) > AsyncProposalsMax {
+		s.n.Add(-1)
 		return false
 	}
-	s.n++
 	return true
 }
 
 // Release returns a unit.
-func (s *asyncLimit) Release() {
-	s.mu.Lock()
-	s.n--
-	s.mu.Unlock()
-}
+func (s *asyncLimit) Release() { s.n.Add(-1) }

@@ -83,8 +83,6 @@ func (s *rangeSM) setDesc(d *rpcpb.RangeDescriptor) {
 	s.mu.Unlock()
 }
 
-func containsKey(d *rpcpb.RangeDescriptor, k []byte) bool { return eval.ContainsKey(d, k) }
-
 func writeDesc(w storage.Writer, d *rpcpb.RangeDescriptor) error {
 	b, err := proto.Marshal(d)
 	if err != nil {
@@ -154,7 +152,7 @@ func (s *rangeSM) Apply(b *storage.Batch, index, term uint64, data []byte) (any,
 	case c.MetaUpdate != nil:
 		d := c.MetaUpdate.Range
 		key := keys.MetaKey(d.EndKey)
-		if !containsKey(desc, key) {
+		if !eval.ContainsKey(desc, key) {
 			return fail(pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "meta key outside r%d", s.rangeID))
 		}
 		old, found, err := mvcc.GetPlain(b, key)
@@ -175,7 +173,7 @@ func (s *rangeSM) Apply(b *storage.Batch, index, term uint64, data []byte) (any,
 	case c.Gc != nil:
 		return s.applyGC(b, desc, c.Gc)
 	case c.AllocRangeId != nil:
-		if !containsKey(desc, keys.RangeIDKey) {
+		if !eval.ContainsKey(desc, keys.RangeIDKey) {
 			return fail(pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "range ID counter outside r%d", s.rangeID))
 		}
 		cur, _, err := mvcc.GetPlain(b, keys.RangeIDKey)
@@ -191,7 +189,7 @@ func (s *rangeSM) Apply(b *storage.Batch, index, term uint64, data []byte) (any,
 		}
 		return rangeIDResult(last + 1), nil
 	case c.CasBound != nil:
-		if !containsKey(desc, keys.OracleBoundKey) {
+		if !eval.ContainsKey(desc, keys.OracleBoundKey) {
 			return fail(pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "oracle bound outside r%d", s.rangeID))
 		}
 		cur, found, err := mvcc.GetPlain(b, keys.OracleBoundKey)

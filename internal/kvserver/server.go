@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/status"
 	"time"
 
+	"github.com/canopy-db/canopy/internal/concurrency"
 	"github.com/canopy-db/canopy/internal/eval"
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -45,9 +46,9 @@ func (n *Node) batch(ctx context.Context, req *rpcpb.BatchRequest) *rpcpb.BatchR
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
 	if eval.IsWrite(req.Requests[0]) {
-		return n.write(ctx, rr, req)
+		return n.withIntentWaits(ctx, rr, req, concurrency.Exclusive, n.writeOnce)
 	}
-	return n.read(ctx, rr, req)
+	return n.withIntentWaits(ctx, rr, req, concurrency.Shared, n.readOnce)
 }
 
 // validateBatch enforces the limits of keys.go and batch homogeneity.

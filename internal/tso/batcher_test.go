@@ -67,7 +67,9 @@ func TestBatcher(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	blocked := NewBatcher(1, func(int) (uint64, error) { select {} })
+	unblock := make(chan struct{})
+	defer close(unblock) // ends the fetch that nobody waits for any more
+	blocked := NewBatcher(1, func(int) (uint64, error) { <-unblock; return 1, nil })
 	if _, err := blocked.Timestamp(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("ended context: %v", err)
 	}
