@@ -141,7 +141,11 @@ type Node struct {
 	}
 	bootstrapMu sync.Mutex
 	stopc       chan struct{}
-	wg          sync.WaitGroup
+	// stopCtx ends when the node stops (stopCancel, called by Stop): work
+	// done for several callers at once is bounded by it, not by a caller.
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
+	wg         sync.WaitGroup
 	// handlers counts RPC handlers in flight: grpc.Server.Stop cancels
 	// them but does not wait, and they read the engine, so Stop waits
 	// for them before closing it.
@@ -179,6 +183,7 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, eng: eng, log: cfg.Logger, stopc: make(chan struct{})}
+	n.stopCtx, n.stopCancel = context.WithCancel(context.Background())
 	n.mu.nodes = map[uint64]string{}
 	n.mu.replicas = map[uint64]*rangeReplica{}
 	n.mu.conns = map[string]*grpc.ClientConn{}
@@ -271,6 +276,7 @@ func (n *Node) Stop() {
 	default:
 	}
 	close(n.stopc)
+	n.stopCancel()
 	n.srv.Stop()
 	n.transport.stop()
 	n.mu.Lock()

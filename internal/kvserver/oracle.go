@@ -150,15 +150,8 @@ func (n *Node) timestamp(ctx context.Context) (uint64, *rpcpb.Error) {
 // leaseholder hints, on behalf of every caller waiting in n.tsBatcher: it
 // is bounded by the request timeout and the node's life, not by a caller.
 func (n *Node) fetchTimestamps(count int) (uint64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(n.stopCtx, n.cfg.RequestTimeout)
 	defer cancel()
-	go func() {
-		select {
-		case <-n.stopc:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	target := uint64(0)
 	if rr := n.replica(OracleRangeID); rr != nil {
 		target = rr.r.Status().Leader

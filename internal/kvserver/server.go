@@ -227,7 +227,7 @@ func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.Batch
 		// waits for its proposal like any other (back-pressure).
 		go func() {
 			defer rr.asyncProposals.Release()
-			pctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
+			pctx, cancel := context.WithTimeout(n.stopCtx, n.cfg.RequestTimeout)
 			defer cancel()
 			_, _ = rr.r.ProposeEvaluated(pctx, data, term, finished)
 		}()
