@@ -74,12 +74,6 @@ func Lookup(ru *rpcpb.RequestUnion) *Command {
 	return commands[ru.Method()]
 }
 
-// IsWrite reports whether the request's command writes.
-func IsWrite(ru *rpcpb.RequestUnion) bool {
-	c := Lookup(ru)
-	return c != nil && c.EvalWrite != nil
-}
-
 // Declare returns the spans that the batch's requests touch.
 func Declare(req *rpcpb.BatchRequest, desc *rpcpb.RangeDescriptor) []concurrency.LatchSpan {
 	spans := make([]concurrency.LatchSpan, 0, len(req.Requests))

@@ -45,7 +45,7 @@ func (n *Node) batch(ctx context.Context, req *rpcpb.BatchRequest) *rpcpb.BatchR
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
-	if eval.IsWrite(req.Requests[0]) {
+	if req.Requests[0].IsWrite() {
 		return n.withIntentWaits(ctx, rr, req, concurrency.Exclusive, n.writeOnce)
 	}
 	return n.withIntentWaits(ctx, rr, req, concurrency.Shared, n.readOnce)
