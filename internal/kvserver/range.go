@@ -28,10 +28,21 @@ type rangeReplica struct {
 	asyncProposals asyncLimit
 }
 
+// rangeHost is what a range's state machine needs from its node: the
+// engine, and a way to start the right hand side of a split it applied.
+// *Node is the host in a server; the stepped harness (stepped_test.go) is
+// another, which creates replicas it drives by hand.
+type rangeHost interface {
+	Engine() *storage.Engine
+	// startRange starts the replica of a range created here by a split,
+	// replacing an uninitialized replica of it.
+	startRange(d *rpcpb.RangeDescriptor)
+}
+
 // rangeSM is the state machine of one range on this node. It implements
 // replica.StateMachine.
 type rangeSM struct {
-	n       *Node
+	n       rangeHost
 	rangeID uint64
 	mu      struct {
 		sync.RWMutex
@@ -53,7 +64,7 @@ func (s *rangeSM) gcThreshold() (uint64, error) {
 	s.gc.Lock()
 	defer s.gc.Unlock()
 	if !s.gc.loaded {
-		t, err := loadGCThreshold(s.n.eng, s.rangeID)
+		t, err := loadGCThreshold(s.n.Engine(), s.rangeID)
 		if err != nil {
 			return 0, err
 		}

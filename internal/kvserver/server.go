@@ -4,12 +4,12 @@ import (
 	"context"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"time"
 
 	"github.com/canopy-db/canopy/internal/concurrency"
 	"github.com/canopy-db/canopy/internal/eval"
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/storage"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -122,7 +122,8 @@ func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
 func (n *Node) readOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
 	fail := func(e *rpcpb.Error) *rpcpb.BatchResponse { return &rpcpb.BatchResponse{Error: e} }
 	st := rr.r.Status()
-	byLease := st.LeaseValid(time.Now())
+	// The replica's clock, on which it computed the lease's expiry.
+	byLease := st.LeaseValid(rr.r.Now())
 	for {
 		if !byLease {
 			if err := rr.r.ReadIndex(ctx); err != nil {
@@ -139,7 +140,7 @@ func (n *Node) readOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchR
 		if byLease {
 			// The lease must hold after the snapshot was taken: then no
 			// other leader existed when it was.
-			if now := rr.r.Status(); !now.LeaseValid(time.Now()) || now.Term != st.Term {
+			if now := rr.r.Status(); !now.LeaseValid(rr.r.Now()) || now.Term != st.Term {
 				snap.Close()
 				byLease = false
 				continue
@@ -195,22 +196,18 @@ func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.Batch
 			break
 		}
 	}
-	desc := rr.sm.Desc()
-	b := n.eng.NewBatch()
-	defer b.Close()
-	resp, fx := eval.EvalWrite(eval.Context{Desc: desc, WriteTs: writeTs}, b, req)
+	resp, fx, data, err := evaluateWrite(n.eng, rr.sm.Desc(), term, writeTs, req)
+	if err != nil {
+		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
+	}
 	if resp.Error != nil {
 		return resp
 	}
-	if b.Empty() {
+	if data == nil {
 		// Nothing to replicate: writes that change nothing (resolving an
 		// intent that is gone).
 		applyLockEffects(locks, fx)
 		return resp
-	}
-	data, err := proto.Marshal(&rpcpb.RaftCommand{WriteBatch: b.Repr(), ProposerTerm: term, RangeGeneration: desc.GetGeneration()})
-	if err != nil {
-		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
 	}
 	proposed = true
 	finished := func(res any, _ error) {
@@ -244,6 +241,24 @@ func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.Batch
 		return r
 	}
 	return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "unexpected result %T", res))
+}
+
+// evaluateWrite evaluates a batch of writes on an indexed batch over eng,
+// the leaseholder's state under desc in Raft term term, and returns the
+// response, the lock effects and the Raft command that carries the
+// evaluation's effect to every replica: the engine batch's bytes, tagged
+// with the term and the range generation, which apply checks
+// (rangeSM.Apply). cmd is nil when the evaluation failed (resp.Error) or
+// wrote nothing. The caller holds the batch's write latches.
+func evaluateWrite(eng *storage.Engine, desc *rpcpb.RangeDescriptor, term, writeTs uint64, req *rpcpb.BatchRequest) (resp *rpcpb.BatchResponse, fx eval.Effects, cmd []byte, err error) {
+	b := eng.NewBatch()
+	defer b.Close()
+	resp, fx = eval.EvalWrite(eval.Context{Desc: desc, WriteTs: writeTs}, b, req)
+	if resp.Error != nil || b.Empty() {
+		return resp, fx, nil, nil
+	}
+	cmd, err = proto.Marshal(&rpcpb.RaftCommand{WriteBatch: b.Repr(), ProposerTerm: term, RangeGeneration: desc.GetGeneration()})
+	return resp, fx, cmd, err
 }
 
 func (n *Node) propose(ctx context.Context, rr *rangeReplica, cmd *rpcpb.RaftCommand) (any, *rpcpb.Error) {
