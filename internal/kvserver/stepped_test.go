@@ -115,9 +115,11 @@ type steppedEnv struct {
 	reqSeq   map[byte]int
 	nextTs   uint64
 	// events collects what happens while a command runs (sends, applies,
-	// finished requests); out is the command's output.
-	events *strings.Builder
-	out    *strings.Builder
+	// finished requests); out is the command's output. finished repeats
+	// the requests' outcomes, for stabilize quiet.
+	events   *strings.Builder
+	out      *strings.Builder
+	finished []string
 }
 
 type steppedMsg struct {
@@ -242,6 +244,7 @@ func (e *steppedEnv) handle(t *testing.T, d *datadriven.TestData) string {
 	e.t = t
 	e.out = &strings.Builder{}
 	e.events = &strings.Builder{}
+	e.finished = nil
 	if d.Cmd != "new-range" && e.nodes == nil {
 		t.Fatalf("%s: no range yet (new-range)", d.Pos)
 	}
@@ -620,6 +623,9 @@ func (e *steppedEnv) stabilize(d *datadriven.TestData) {
 	if quiet {
 		e.out = &strings.Builder{}
 		e.events.Reset()
+		for _, f := range e.finished {
+			fmt.Fprintln(e.out, f)
+		}
 		e.printState(d)
 	}
 }
@@ -644,6 +650,7 @@ type steppedRequest struct {
 	byLease bool
 	readIdx <-chan error
 	guard   *concurrency.LatchGuard
+	latches *concurrency.LatchManager // the one guard is from
 	done    bool
 }
 
@@ -724,10 +731,12 @@ func (e *steppedEnv) advanceRequests() {
 func (e *steppedEnv) finish(rq *steppedRequest, format string, args ...any) {
 	rq.done = true
 	if rq.guard != nil {
-		e.nodes[rq.node].replicas[rq.rangeID].latches.Release(rq.guard)
+		rq.latches.Release(rq.guard)
 		rq.guard = nil
 	}
-	e.event("%s: %s", rq.name, fmt.Sprintf(format, args...))
+	line := fmt.Sprintf("%s: %s", rq.name, fmt.Sprintf(format, args...))
+	e.finished = append(e.finished, line)
+	e.event("%s", line)
 }
 
 // advance takes rq as far as it can go now; it leaves rq.waiting saying
@@ -746,8 +755,7 @@ func (e *steppedEnv) advance(rq *steppedRequest) {
 		case rq.guard == nil && rq.readIdx == nil:
 			// Start (server.batch, writeOnce, readOnce, splitLocal).
 			if !st.IsLeader {
-				rq.done = true
-				e.event("%s: refused: %s", rq.name, describeErr(e.notLeaseholder(rr)))
+				e.finish(rq, "refused: %s", describeErr(e.notLeaseholder(rr)))
 				return
 			}
 			if rq.kind != "get" && !st.Leaseholder {
@@ -761,17 +769,16 @@ func (e *steppedEnv) advance(rq *steppedRequest) {
 				continue
 			}
 			rq.byLease = rq.kind == "get"
-			rq.guard = rr.latches.Sequence(e.latchSpans(rq, rr))
+			rq.guard, rq.latches = rr.latches.Sequence(e.latchSpans(rq, rr)), rr.latches
 		case rq.readIdx != nil && rq.guard == nil:
 			select {
 			case err := <-rq.readIdx:
 				rq.readIdx = nil
 				if err != nil {
-					rq.done = true
-					e.event("%s: refused: %v", rq.name, err)
+					e.finish(rq, "refused: %v", err)
 					return
 				}
-				rq.guard = rr.latches.Sequence(e.latchSpans(rq, rr))
+				rq.guard, rq.latches = rr.latches.Sequence(e.latchSpans(rq, rr)), rr.latches
 			default:
 				return
 			}
@@ -802,7 +809,7 @@ func (e *steppedEnv) evaluate(rq *steppedRequest, rr *rangeReplica) {
 	case "get":
 		snap := n.eng.NewSnapshot()
 		defer snap.Close()
-		rr.latches.Release(rq.guard)
+		rq.latches.Release(rq.guard)
 		rq.guard = nil
 		if rq.byLease {
 			if st := rr.r.Status(); !st.LeaseValid(rr.r.Now()) || st.Term != rq.term {
