@@ -123,6 +123,16 @@ type Options struct {
 	// only key, hash and sequence number of each. At most 16 MiB (the
 	// proofs of all of them fit in one request). Default 256 KiB.
 	PipelinedBytesMax int
+	// OnePC allows one-phase commits (Txn.CommitWith; txn_onepc.go):
+	// writes handed to the commit that fall in one range commit in one Raft
+	// proposal. TxnOptions.OnePC overrides it; ToggleDefault follows the
+	// cluster setting (on unless set off).
+	OnePC Toggle
+	// ParallelCommits allows parallel commits (txn_commit.go): with
+	// pipelining, the commit writes a STAGING record in parallel with the
+	// proofs of the writes in flight. TxnOptions.ParallelCommits overrides
+	// it; ToggleDefault follows the cluster setting (on unless set off).
+	ParallelCommits Toggle
 
 	// StatusEncoding overrides the status-table encoding named by the
 	// cluster's settings. Dangerous: every client and server of a cluster
@@ -247,6 +257,12 @@ func (o *Options) Validate() error {
 	if o.PipelinedBytesMax > pipelinedBytesLimit {
 		return invalidArgf("option PipelinedBytesMax %d exceeds %d (the proofs must fit in one request)", o.PipelinedBytesMax, pipelinedBytesLimit)
 	}
+	if err := o.OnePC.validate("OnePC"); err != nil {
+		return err
+	}
+	if err := o.ParallelCommits.validate("ParallelCommits"); err != nil {
+		return err
+	}
 	if err := o.Pipelining.validate("Pipelining"); err != nil {
 		return err
 	}
@@ -328,6 +344,11 @@ type TxnOptions struct {
 	AttemptsMax int
 	// Pipelining overrides Options.Pipelining for this transaction.
 	Pipelining Toggle
+	// OnePC overrides Options.OnePC for this transaction.
+	OnePC Toggle
+	// ParallelCommits overrides Options.ParallelCommits for this
+	// transaction.
+	ParallelCommits Toggle
 }
 
 // TxnOption changes TxnOptions.
@@ -350,12 +371,34 @@ func WithPipelining(on bool) TxnOption {
 	}
 }
 
+// WithOnePC allows or forbids one-phase commit for this transaction.
+func WithOnePC(on bool) TxnOption { return func(o *TxnOptions) { o.OnePC = toggleOf(on) } }
+
+// WithParallelCommits turns parallel commits on or off for this
+// transaction.
+func WithParallelCommits(on bool) TxnOption {
+	return func(o *TxnOptions) { o.ParallelCommits = toggleOf(on) }
+}
+
+func toggleOf(on bool) Toggle {
+	if on {
+		return ToggleOn
+	}
+	return ToggleOff
+}
+
 func (o *TxnOptions) validate() error {
 	if o.Isolation != Serializable && o.Isolation != SnapshotIsolation {
 		return invalidArgf("unknown isolation %d", int(o.Isolation))
 	}
 	if o.AttemptsMax < 0 {
 		return invalidArgf("AttemptsMax is negative (%d)", o.AttemptsMax)
+	}
+	if err := o.OnePC.validate("TxnOptions.OnePC"); err != nil {
+		return err
+	}
+	if err := o.ParallelCommits.validate("TxnOptions.ParallelCommits"); err != nil {
+		return err
 	}
 	return o.Pipelining.validate("TxnOptions.Pipelining")
 }

@@ -40,12 +40,16 @@ type Stats struct {
 	PipelinedWrites       int64
 	PipelineStalls        int64
 	PipelinedWritesFailed int64
+	// OnePCCommits counts transactions committed by one CommitOnePC
+	// request (one-phase commit).
+	OnePCCommits int64
 }
 
 type stats struct {
 	commits, aborts, retries, ambiguous, ambiguousResolved countingInt
 	abortedOthers, intentsResolved, resolveDropped         countingInt
 	pipelinedWrites, pipelineStalls, pipelinedWritesFailed countingInt
+	onePCCommits                                           countingInt
 }
 
 // Stats returns a snapshot of the counters.
@@ -64,5 +68,6 @@ func (db *DB) Stats() Stats {
 		PipelinedWrites:       db.stats.pipelinedWrites.load(),
 		PipelineStalls:        db.stats.pipelineStalls.load(),
 		PipelinedWritesFailed: db.stats.pipelinedWritesFailed.load(),
+		OnePCCommits:          db.stats.onePCCommits.load(),
 	}
 }

@@ -57,7 +57,12 @@ type Txn struct {
 		// Options.TxnKeysMax.
 		writes    map[string]struct{}
 		writeKeys [][]byte
+		// onePCSent: a one-phase commit was sent (txn_onepc.go), so an
+		// abort must ask its range, not skip the stack for lack of writes.
+		onePCSent bool
 	}
+	// onePC: one-phase commit is allowed (switches, read at Begin).
+	onePC bool
 }
 
 type txnState int
@@ -95,6 +100,7 @@ func (db *DB) begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 	}
 	t := &Txn{db: db, opts: o, startTs: ts, heartbeatKey: keys.HeartbeatKey(ts)}
 	t.mu.writes = map[string]struct{}{}
+	t.onePC = o.OnePC.on(db.opts.OnePC.on(true))
 	t.buildStack()
 	return t, nil
 }
@@ -235,12 +241,16 @@ func (t *Txn) write(ctx context.Context, key, value []byte, del bool) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
+	return t.writeLogical(ctx, keys.UserKey(key), value, del)
+}
+
+// writeLogical writes logical key k (checked by the caller).
+func (t *Txn) writeLogical(ctx context.Context, k, value []byte, del bool) error {
 	t.opMu.RLock()
 	defer t.opMu.RUnlock()
 	if err := t.usable(); err != nil {
 		return err
 	}
-	k := keys.UserKey(key)
 	if err := t.addWrite(k); err != nil {
 		return err
 	}
@@ -285,7 +295,7 @@ func (t *Txn) Rollback(ctx context.Context) error {
 // it is cleanup the caller's deadline should not prevent.
 func (t *Txn) abort(ctx context.Context) (decision, error) {
 	t.mu.Lock()
-	wrote := len(t.mu.writeKeys) > 0
+	wrote := len(t.mu.writeKeys) > 0 || t.mu.onePCSent
 	t.mu.Unlock()
 	if !wrote && !t.hb.written() {
 		t.finish(ctx, decision{})
@@ -306,6 +316,13 @@ func (t *Txn) abort(ctx context.Context) (decision, error) {
 	}
 	t.finish(actx, r.d)
 	return r.d, nil
+}
+
+// committed reports whether the transaction has committed.
+func (t *Txn) committed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mu.state == txnCommitted
 }
 
 func (t *Txn) setState(s txnState) {
@@ -406,6 +423,9 @@ func (t *Txn) runAttempt(ctx context.Context, fn func(ctx context.Context, txn *
 	}()
 	err := fn(ctx, t)
 	done = true
+	if err == nil && t.committed() {
+		return nil // fn ended with CommitWith
+	}
 	if err != nil {
 		// Best effort: if the abort fails, the heartbeat stops and others
 		// abort the transaction once its record expires.

@@ -78,8 +78,15 @@ func (t *Txn) Commit(ctx context.Context) error {
 //     the result ErrAmbiguous. The closure is never rerun before this is
 //     settled.
 //
+// On opCommitOnePC (txn_onepc.go) it sends the one-phase commit (opOnePC)
+// and settles a lost reply at the range (opQueryOnePC), never in the
+// status table: a 1PC transaction has no status record, and writing
+// "aborted" there for a batch that applied would break I1.
+//
 // On opAbort it writes "aborted" with put-unless-exists and returns the
-// decision that holds (an existing commit wins). It keeps no state.
+// decision that holds (an existing commit wins); after a one-phase commit
+// whose outcome stayed unknown, it asks the range again instead. Its only
+// state is that one-phase commit's first key.
 type txnCommitter struct {
 	next    txnLayer
 	startTs uint64
@@ -88,6 +95,10 @@ type txnCommitter struct {
 	abortTimeout time.Duration
 	logger       *slog.Logger
 	stats        *stats
+	// onePCKey is the first key of the one-phase commit sent, nil if none.
+	// Set and read only on opCommitOnePC and opAbort, which Txn sends
+	// alone.
+	onePCKey []byte
 }
 
 func (c *txnCommitter) send(ctx context.Context, r *txnReq) (*txnResp, error) {
@@ -98,7 +109,36 @@ func (c *txnCommitter) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 			return nil, err
 		}
 		return &txnResp{ts: ts}, nil
+	case opCommitOnePC:
+		c.onePCKey = r.writes[0].Key
+		resp, err := c.next.send(ctx, &txnReq{op: opOnePC, writes: r.writes})
+		if err == nil {
+			return &txnResp{ts: resp.ts}, nil
+		}
+		if errors.Is(err, errOnePCIneligible) {
+			c.onePCKey = nil
+			return nil, err
+		}
+		if !errors.Is(err, ErrAmbiguous) {
+			return nil, err
+		}
+		d, err := c.settleOnePC(ctx, err)
+		if err != nil {
+			return nil, err
+		}
+		if d.aborted() {
+			return nil, &RetryableError{Reason: ReasonAborted, Ts: c.startTs,
+				Msg: "one-phase commit's outcome was unknown; settled as never applied"}
+		}
+		return &txnResp{ts: d.commitTs}, nil
 	case opAbort:
+		if c.onePCKey != nil {
+			d, err := c.settleOnePC(ctx, fmt.Errorf("%w: rollback after an unknown outcome", ErrAmbiguous))
+			if err != nil {
+				return nil, err
+			}
+			return &txnResp{d: d}, nil
+		}
 		pr, err := c.next.send(ctx, &txnReq{op: opPutStatus, ts: txnstatus.Aborted})
 		if err != nil {
 			return nil, err
@@ -190,4 +230,26 @@ func (c *txnCommitter) lookupUnknownCommit(ctx context.Context, cause error, com
 			Msg: "commit outcome was unknown; settled by recording the transaction as aborted"}
 	}
 	return pr.d.commitTs, nil
+}
+
+// settleOnePC learns the outcome of the one-phase commit whose reply was
+// lost (cause) from its range: committed, or prevented from ever applying
+// (aborted). If the range can no longer tell, or cannot be reached, the
+// result is ErrAmbiguous.
+func (c *txnCommitter) settleOnePC(ctx context.Context, cause error) (decision, error) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.abortTimeout)
+	defer cancel()
+	q, err := c.next.send(lctx, &txnReq{op: opQueryOnePC, key: c.onePCKey})
+	if err != nil {
+		return decision{}, fmt.Errorf("%w: one-phase commit of transaction %d: %w; settling it failed: %w", ErrAmbiguous, c.startTs, cause, err)
+	}
+	switch {
+	case q.found:
+		c.stats.ambiguousResolved.add(1)
+		return decision{commitTs: q.ts}, nil
+	case q.prevented:
+		c.stats.ambiguousResolved.add(1)
+		return decision{commitTs: txnstatus.Aborted}, nil
+	}
+	return decision{}, fmt.Errorf("%w: one-phase commit of transaction %d: %w; its range no longer records the outcome", ErrAmbiguous, c.startTs, cause)
 }

@@ -79,9 +79,13 @@ const (
 	opRefresh   // the committer: check reads over (start_ts, ts]
 	opPutStatus // the committer: put-unless-exists of the status ts
 	opGetStatus // the committer: read the status
+	// One-phase commit (txn_onepc.go).
+	opCommitOnePC // Txn: commit with these writes, in one proposal if they fit one range
+	opOnePC       // the committer: the CommitOnePC request (writes; spans from the refresher)
+	opQueryOnePC  // the committer: settle a lost CommitOnePC reply (key: the first write)
 )
 
-var opNames = [...]string{"?", "get", "scan", "write", "commit", "abort", "prove", "timestamp", "refresh", "put-status", "get-status"}
+var opNames = [...]string{"?", "get", "scan", "write", "commit", "abort", "prove", "timestamp", "refresh", "put-status", "get-status", "commit-1pc", "1pc", "query-1pc"}
 
 func (o txnOp) String() string {
 	if int(o) < len(opNames) {
@@ -111,6 +115,8 @@ type txnReq struct {
 	// ts: refresh (the commit timestamp to refresh to); put-status (the
 	// status to write: a commit timestamp, or txnstatus.Aborted).
 	ts uint64
+	// writes: commit-1pc, 1pc (logical keys, in order, each key once).
+	writes []Write
 }
 
 // String is the request as step tests print it.
@@ -150,6 +156,24 @@ func (r *txnReq) String() string {
 			}
 		}
 		fmt.Fprintf(&b, " to %d", r.ts)
+	case opCommitOnePC, opOnePC:
+		for _, w := range r.writes {
+			if w.Delete {
+				fmt.Fprintf(&b, " %s=<delete>", printable(w.Key))
+			} else {
+				fmt.Fprintf(&b, " %s=%s", printable(w.Key), printable(w.Value))
+			}
+		}
+		if r.op == opOnePC {
+			for _, sp := range r.spans {
+				fmt.Fprintf(&b, " read=%s", printable(sp.GetStart()))
+				if len(sp.GetEnd()) > 0 {
+					fmt.Fprintf(&b, "-%s", printable(sp.GetEnd()))
+				}
+			}
+		}
+	case opQueryOnePC:
+		fmt.Fprintf(&b, " %s", printable(r.key))
 	case opPutStatus:
 		if r.ts == txnstatus.Aborted {
 			b.WriteString(" aborted")
@@ -176,6 +200,9 @@ type txnResp struct {
 	// d: put-status when not won (the decision that was there),
 	// get-status when found, abort (the decision that holds).
 	d decision
+	// query-1pc: found (committed at ts), or prevented (never applies),
+	// or neither (settled, unknown).
+	prevented bool
 }
 
 // printable returns k with its bytes outside printable ASCII escaped as

@@ -37,7 +37,7 @@ import (
 //	                     unscripted requests get defaults (success, found
 //	                     nothing, timestamps 110, 111, ...)
 //	get k=, scan start= end= [limit=], put k= v= [seq=], delete k=
-//	[seq=], commit, abort, refresh ts=
+//	[seq=], commit, abort, refresh ts=, commit-1pc w=k:v,k:<delete>,...
 //	                     send one request to the layer and wait
 //	go <request>         send it on another goroutine; return once it
 //	                     finished or waits on a held reply
@@ -161,7 +161,7 @@ func proofsHave(ps []inFlightWrite, key string) bool {
 
 func (l *scriptedLower) defaultRespLocked(r *txnReq) *txnResp {
 	switch r.op {
-	case opTimestamp, opCommit:
+	case opTimestamp, opCommit, opOnePC:
 		ts := l.mu.nextTs
 		l.mu.nextTs++
 		return &txnResp{ts: ts}
@@ -213,6 +213,8 @@ func parseReply(t *testing.T, line string) *scriptedReply {
 			resp.won, set = false, true
 		case "found":
 			resp.found, set = true, true
+		case "prevented":
+			resp.prevented, set = true, true
 		case "d":
 			resp.d, set = parseDecision(t, v), true
 		case "missing":
@@ -261,6 +263,8 @@ func scriptedError(t *testing.T, kind string) error {
 		return &RetryableError{Reason: ReasonReadConflict, Ts: 150, Msg: "scripted"}
 	case "bad-status":
 		return fmt.Errorf("%w: %w: scripted", ErrInternal, errBadStatus)
+	case "ineligible":
+		return errOnePCIneligible
 	}
 	t.Fatalf("unknown error kind %q", kind)
 	return nil
@@ -408,6 +412,17 @@ func (h *stepHarness) request(t *testing.T, args []datadriven.CmdArg) *txnReq {
 		return &txnReq{op: opAbort}
 	case "refresh":
 		return &txnReq{op: opRefresh, ts: uint64(num("ts"))}
+	case "commit-1pc":
+		r := &txnReq{op: opCommitOnePC}
+		for _, kv := range strings.Split(arg("w"), ",") {
+			k, v, _ := strings.Cut(kv, ":")
+			if v == "<delete>" {
+				r.writes = append(r.writes, Write{Key: []byte(k), Delete: true})
+			} else {
+				r.writes = append(r.writes, Write{Key: []byte(k), Value: []byte(v)})
+			}
+		}
+		return r
 	}
 	t.Fatalf("unknown request %q", args[0].Key)
 	return nil
@@ -431,7 +446,7 @@ func (h *stepHarness) do(r *txnReq) string {
 			kvs = append(kvs, fmt.Sprintf("%s=%s", kv.Key, kv.Value))
 		}
 		return "kvs [" + strings.Join(kvs, " ") + "]"
-	case opCommit:
+	case opCommit, opCommitOnePC:
 		return fmt.Sprintf("committed at %d", resp.ts)
 	case opAbort:
 		if resp.d.aborted() {

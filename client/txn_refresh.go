@@ -58,6 +58,13 @@ func (f *txnSpanRefresher) send(ctx context.Context, r *txnReq) (*txnResp, error
 			return nil, err
 		}
 		return resp, nil
+	case opOnePC:
+		// The one-phase commit checks the reads in the same evaluation.
+		f.mu.Lock()
+		fr := *r
+		fr.spans = append([]*rpcpb.Span(nil), f.mu.reads...)
+		f.mu.Unlock()
+		return f.next.send(ctx, &fr)
 	case opRefresh:
 		f.mu.Lock()
 		spans := append([]*rpcpb.Span(nil), f.mu.reads...)

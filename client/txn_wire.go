@@ -31,6 +31,8 @@ import (
 //     *RetryableError (ReasonReadConflict).
 //   - opPutStatus, opGetStatus: the status record (status.go). A record
 //     that does not decode is ErrInternal with errBadStatus.
+//   - opOnePC, opQueryOnePC: the one-phase commit and the settling of its
+//     lost reply (txn_onepc.go).
 //
 // opCommit and opAbort never get here: the committer answers them.
 type txnWire struct {
@@ -85,6 +87,14 @@ func (w *txnWire) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 			return nil, err
 		}
 		return &txnResp{d: decision{commitTs: c}}, nil
+	case opOnePC:
+		ts, err := w.onePC(ctx, r.writes, r.spans)
+		if err != nil {
+			return nil, err
+		}
+		return &txnResp{ts: ts}, nil
+	case opQueryOnePC:
+		return w.queryOnePC(ctx, r.key)
 	case opGetStatus:
 		found, v, err := db.plainGet(ctx, db.statusKey(t.startTs))
 		if err != nil || !found {

@@ -9,7 +9,8 @@ import (
 
 // PutIntent writes a transaction's provisional value (or tombstone) at a
 // key. A committed version newer than the transaction's start, or another
-// transaction's intent, is a conflict.
+// transaction's intent, is a conflict; so is a write the key record
+// refuses (keyrecord.go).
 func init() {
 	register(rpcpb.MethodPutIntent, &Command{
 		Declare: func(ru *rpcpb.RequestUnion, _ *rpcpb.RangeDescriptor, add func(concurrency.LatchSpan)) {
@@ -25,6 +26,15 @@ func evalPutIntent(c Context, rw storage.ReadWriter, ru *rpcpb.RequestUnion, fx 
 		return nil, Mismatch(c.Desc, p.Key)
 	}
 	txn := mvcc.TxnMeta{StartTs: p.Txn.GetStartTs(), HeartbeatKey: p.Txn.GetHeartbeatKey()}
+	// A recovery that found this write missing refused it here for good
+	// (cmd_recover_intent.go): it must never land.
+	rec, err := loadKeyRecord(rw, p.Key)
+	if err != nil {
+		return nil, Error(err)
+	}
+	if rec.refuses(txn.StartTs) {
+		return nil, rpcpb.NewError(rpcpb.ErrorCode_WRITE_CONFLICT, "write of transaction %d at %q was refused (a recovery found it missing)", txn.StartTs, p.Key)
+	}
 	if err := mvcc.PutIntent(rw, p.Key, p.Value, p.Delete, txn); err != nil {
 		return nil, Error(err)
 	}

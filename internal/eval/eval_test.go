@@ -35,6 +35,9 @@ func TestCommandTable(t *testing.T) {
 		{Value: &rpcpb.RequestUnion_PlainPutUnlessExists{PlainPutUnlessExists: &rpcpb.PlainPutUnlessExistsRequest{}}},
 		{Value: &rpcpb.RequestUnion_PlainPut{PlainPut: &rpcpb.PlainPutRequest{}}},
 		{Value: &rpcpb.RequestUnion_QueryIntent{QueryIntent: &rpcpb.QueryIntentRequest{}}},
+		{Value: &rpcpb.RequestUnion_CommitOnePc{CommitOnePc: &rpcpb.CommitOnePCRequest{}}},
+		{Value: &rpcpb.RequestUnion_QueryOnePc{QueryOnePc: &rpcpb.QueryOnePCRequest{}}},
+		{Value: &rpcpb.RequestUnion_RecoverIntent{RecoverIntent: &rpcpb.RecoverIntentRequest{}}},
 	}
 	if len(examples) != int(rpcpb.MethodsMax)-1 {
 		t.Fatalf("%d examples for %d methods", len(examples), rpcpb.MethodsMax-1)
@@ -150,6 +153,34 @@ func parseRequest(t *testing.T, line string) *rpcpb.RequestUnion {
 	case "query-intent":
 		_, gone := args["tombstone"]
 		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_QueryIntent{QueryIntent: &rpcpb.QueryIntentRequest{Key: b("key"), TxnStart: u("txn"), ValueHash: rpcpb.IntentValueHash(b("value"), gone)}}}
+	case "recover-intent":
+		_, gone := args["tombstone"]
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_RecoverIntent{RecoverIntent: &rpcpb.RecoverIntentRequest{Key: b("key"), TxnStart: u("txn"), ValueHash: rpcpb.IntentValueHash(b("value"), gone)}}}
+	case "query-one-pc":
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_QueryOnePc{QueryOnePc: &rpcpb.QueryOnePCRequest{Key: b("key"), TxnStart: u("txn")}}}
+	case "commit-one-pc":
+		// commit-one-pc txn=N write=k:v write=k:<delete> read=k read=a-c
+		p := &rpcpb.CommitOnePCRequest{TxnStart: u("txn")}
+		for _, kv := range f[1:] {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "write":
+				wk, wv, _ := strings.Cut(v, ":")
+				w := &rpcpb.OnePCWrite{Key: []byte(wk), Value: []byte(wv)}
+				if wv == "<delete>" {
+					w.Value, w.Delete = nil, true
+				}
+				p.Writes = append(p.Writes, w)
+			case "read":
+				s, e, _ := strings.Cut(v, "-")
+				sp := &rpcpb.Span{Start: []byte(s)}
+				if e != "" {
+					sp.End = []byte(e)
+				}
+				p.RefreshSpans = append(p.RefreshSpans, sp)
+			}
+		}
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_CommitOnePc{CommitOnePc: p}}
 	case "plain-get":
 		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{Key: b("key")}}}
 	case "put-intent":
@@ -184,6 +215,12 @@ func printResponse(out *strings.Builder, resp *rpcpb.BatchResponse) {
 			fmt.Fprintf(out, " resume=%q\n", v.Scan.ResumeKey)
 		case *rpcpb.ResponseUnion_QueryIntent:
 			fmt.Fprintf(out, "query-intent: found=%v\n", v.QueryIntent.Found)
+		case *rpcpb.ResponseUnion_RecoverIntent:
+			fmt.Fprintf(out, "recover-intent: found=%v\n", v.RecoverIntent.Found)
+		case *rpcpb.ResponseUnion_CommitOnePc:
+			fmt.Fprintf(out, "commit-one-pc: commit_ts=%d\n", v.CommitOnePc.CommitTs)
+		case *rpcpb.ResponseUnion_QueryOnePc:
+			fmt.Fprintf(out, "query-one-pc: committed=%v commit_ts=%d prevented=%v\n", v.QueryOnePc.Committed, v.QueryOnePc.CommitTs, v.QueryOnePc.Prevented)
 		case *rpcpb.ResponseUnion_PlainGet:
 			fmt.Fprintf(out, "plain-get: found=%v value=%q\n", v.PlainGet.Found, v.PlainGet.Value)
 		case *rpcpb.ResponseUnion_PlainPutUnlessExists:

@@ -105,6 +105,8 @@ func batchTxn(req *rpcpb.BatchRequest) uint64 {
 		switch {
 		case ru.GetPutIntent() != nil:
 			return ru.GetPutIntent().GetTxn().GetStartTs()
+		case ru.GetCommitOnePc() != nil:
+			return ru.GetCommitOnePc().GetTxnStart()
 		case ru.GetGet() != nil && ru.GetGet().TxnStart != 0:
 			return ru.GetGet().TxnStart
 		case ru.GetScan() != nil && ru.GetScan().TxnStart != 0:

@@ -186,7 +186,7 @@ func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.Batch
 	}()
 	var writeTs uint64
 	for _, ru := range req.Requests {
-		if ru.Method() == rpcpb.MethodPut {
+		if m := ru.Method(); m == rpcpb.MethodPut || m == rpcpb.MethodCommitOnePC {
 			// The timestamp is taken after latching: see latchSet.
 			ts, e := n.timestamp(ctx)
 			if e != nil {

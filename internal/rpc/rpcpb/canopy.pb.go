@@ -1698,6 +1698,406 @@ func (*PlainPutResponse) Descriptor() ([]byte, []int) {
 	return file_canopy_proto_rawDescGZIP(), []int{27}
 }
 
+// CommitOnePC commits a transaction that has no intents in one Raft
+// proposal (one-phase commit): under write latches on the written keys and
+// read latches on refresh_spans, the leaseholder takes commit_ts from the
+// oracle, fails with WRITE_CONFLICT if a written key has a committed
+// version above txn_start or another transaction's intent, fails with
+// READ_CONFLICT if refresh_spans changed in (txn_start, commit_ts], and
+// otherwise writes committed versions at commit_ts and records
+// (txn_start, commit_ts) in the 1PC record of the first written key. All
+// keys must be in one range. A resend that finds txn_start in the record
+// answers the recorded commit_ts; one that finds it refused (QueryOnePC)
+// fails with WRITE_CONFLICT.
+type CommitOnePCRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TxnStart      uint64                 `protobuf:"varint,1,opt,name=txn_start,json=txnStart,proto3" json:"txn_start,omitempty"`
+	Writes        []*OnePCWrite          `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
+	RefreshSpans  []*Span                `protobuf:"bytes,3,rep,name=refresh_spans,json=refreshSpans,proto3" json:"refresh_spans,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitOnePCRequest) Reset() {
+	*x = CommitOnePCRequest{}
+	mi := &file_canopy_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitOnePCRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitOnePCRequest) ProtoMessage() {}
+
+func (x *CommitOnePCRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitOnePCRequest.ProtoReflect.Descriptor instead.
+func (*CommitOnePCRequest) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CommitOnePCRequest) GetTxnStart() uint64 {
+	if x != nil {
+		return x.TxnStart
+	}
+	return 0
+}
+
+func (x *CommitOnePCRequest) GetWrites() []*OnePCWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+func (x *CommitOnePCRequest) GetRefreshSpans() []*Span {
+	if x != nil {
+		return x.RefreshSpans
+	}
+	return nil
+}
+
+type OnePCWrite struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Delete        bool                   `protobuf:"varint,3,opt,name=delete,proto3" json:"delete,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OnePCWrite) Reset() {
+	*x = OnePCWrite{}
+	mi := &file_canopy_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OnePCWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OnePCWrite) ProtoMessage() {}
+
+func (x *OnePCWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OnePCWrite.ProtoReflect.Descriptor instead.
+func (*OnePCWrite) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *OnePCWrite) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *OnePCWrite) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *OnePCWrite) GetDelete() bool {
+	if x != nil {
+		return x.Delete
+	}
+	return false
+}
+
+type CommitOnePCResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CommitTs      uint64                 `protobuf:"varint,1,opt,name=commit_ts,json=commitTs,proto3" json:"commit_ts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitOnePCResponse) Reset() {
+	*x = CommitOnePCResponse{}
+	mi := &file_canopy_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitOnePCResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitOnePCResponse) ProtoMessage() {}
+
+func (x *CommitOnePCResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitOnePCResponse.ProtoReflect.Descriptor instead.
+func (*CommitOnePCResponse) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *CommitOnePCResponse) GetCommitTs() uint64 {
+	if x != nil {
+		return x.CommitTs
+	}
+	return 0
+}
+
+// QueryOnePC settles a CommitOnePC whose reply was lost, under the write
+// latch of key (its first written key): committed (commit_ts) if the 1PC
+// record names txn_start; prevented if the batch has not applied (txn_start
+// is then refused at key forever after); neither if the outcome is settled
+// but no longer recorded (the client reports an ambiguous result).
+type QueryOnePCRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	TxnStart      uint64                 `protobuf:"varint,2,opt,name=txn_start,json=txnStart,proto3" json:"txn_start,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryOnePCRequest) Reset() {
+	*x = QueryOnePCRequest{}
+	mi := &file_canopy_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryOnePCRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryOnePCRequest) ProtoMessage() {}
+
+func (x *QueryOnePCRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryOnePCRequest.ProtoReflect.Descriptor instead.
+func (*QueryOnePCRequest) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *QueryOnePCRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *QueryOnePCRequest) GetTxnStart() uint64 {
+	if x != nil {
+		return x.TxnStart
+	}
+	return 0
+}
+
+type QueryOnePCResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Committed     bool                   `protobuf:"varint,1,opt,name=committed,proto3" json:"committed,omitempty"`
+	CommitTs      uint64                 `protobuf:"varint,2,opt,name=commit_ts,json=commitTs,proto3" json:"commit_ts,omitempty"`
+	Prevented     bool                   `protobuf:"varint,3,opt,name=prevented,proto3" json:"prevented,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryOnePCResponse) Reset() {
+	*x = QueryOnePCResponse{}
+	mi := &file_canopy_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryOnePCResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryOnePCResponse) ProtoMessage() {}
+
+func (x *QueryOnePCResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryOnePCResponse.ProtoReflect.Descriptor instead.
+func (*QueryOnePCResponse) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *QueryOnePCResponse) GetCommitted() bool {
+	if x != nil {
+		return x.Committed
+	}
+	return false
+}
+
+func (x *QueryOnePCResponse) GetCommitTs() uint64 {
+	if x != nil {
+		return x.CommitTs
+	}
+	return 0
+}
+
+func (x *QueryOnePCResponse) GetPrevented() bool {
+	if x != nil {
+		return x.Prevented
+	}
+	return false
+}
+
+// RecoverIntent is QueryIntent for the recovery of a STAGING transaction:
+// under a write latch on key, found if txn_start holds the intent with
+// value_hash there; otherwise txn_start is refused at key, so that its
+// PutIntent can never land (WRITE_CONFLICT), and found is false.
+type RecoverIntentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	TxnStart      uint64                 `protobuf:"varint,2,opt,name=txn_start,json=txnStart,proto3" json:"txn_start,omitempty"`
+	ValueHash     uint64                 `protobuf:"fixed64,3,opt,name=value_hash,json=valueHash,proto3" json:"value_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverIntentRequest) Reset() {
+	*x = RecoverIntentRequest{}
+	mi := &file_canopy_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverIntentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverIntentRequest) ProtoMessage() {}
+
+func (x *RecoverIntentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverIntentRequest.ProtoReflect.Descriptor instead.
+func (*RecoverIntentRequest) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RecoverIntentRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *RecoverIntentRequest) GetTxnStart() uint64 {
+	if x != nil {
+		return x.TxnStart
+	}
+	return 0
+}
+
+func (x *RecoverIntentRequest) GetValueHash() uint64 {
+	if x != nil {
+		return x.ValueHash
+	}
+	return 0
+}
+
+type RecoverIntentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverIntentResponse) Reset() {
+	*x = RecoverIntentResponse{}
+	mi := &file_canopy_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverIntentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverIntentResponse) ProtoMessage() {}
+
+func (x *RecoverIntentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverIntentResponse.ProtoReflect.Descriptor instead.
+func (*RecoverIntentResponse) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RecoverIntentResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
 type RequestUnion struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Value:
@@ -1712,6 +2112,9 @@ type RequestUnion struct {
 	//	*RequestUnion_PlainPutUnlessExists
 	//	*RequestUnion_PlainPut
 	//	*RequestUnion_QueryIntent
+	//	*RequestUnion_CommitOnePc
+	//	*RequestUnion_QueryOnePc
+	//	*RequestUnion_RecoverIntent
 	Value         isRequestUnion_Value `protobuf_oneof:"value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1719,7 +2122,7 @@ type RequestUnion struct {
 
 func (x *RequestUnion) Reset() {
 	*x = RequestUnion{}
-	mi := &file_canopy_proto_msgTypes[28]
+	mi := &file_canopy_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +2134,7 @@ func (x *RequestUnion) String() string {
 func (*RequestUnion) ProtoMessage() {}
 
 func (x *RequestUnion) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[28]
+	mi := &file_canopy_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +2147,7 @@ func (x *RequestUnion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestUnion.ProtoReflect.Descriptor instead.
 func (*RequestUnion) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{28}
+	return file_canopy_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RequestUnion) GetValue() isRequestUnion_Value {
@@ -1844,6 +2247,33 @@ func (x *RequestUnion) GetQueryIntent() *QueryIntentRequest {
 	return nil
 }
 
+func (x *RequestUnion) GetCommitOnePc() *CommitOnePCRequest {
+	if x != nil {
+		if x, ok := x.Value.(*RequestUnion_CommitOnePc); ok {
+			return x.CommitOnePc
+		}
+	}
+	return nil
+}
+
+func (x *RequestUnion) GetQueryOnePc() *QueryOnePCRequest {
+	if x != nil {
+		if x, ok := x.Value.(*RequestUnion_QueryOnePc); ok {
+			return x.QueryOnePc
+		}
+	}
+	return nil
+}
+
+func (x *RequestUnion) GetRecoverIntent() *RecoverIntentRequest {
+	if x != nil {
+		if x, ok := x.Value.(*RequestUnion_RecoverIntent); ok {
+			return x.RecoverIntent
+		}
+	}
+	return nil
+}
+
 type isRequestUnion_Value interface {
 	isRequestUnion_Value()
 }
@@ -1888,6 +2318,18 @@ type RequestUnion_QueryIntent struct {
 	QueryIntent *QueryIntentRequest `protobuf:"bytes,10,opt,name=query_intent,json=queryIntent,proto3,oneof"`
 }
 
+type RequestUnion_CommitOnePc struct {
+	CommitOnePc *CommitOnePCRequest `protobuf:"bytes,11,opt,name=commit_one_pc,json=commitOnePc,proto3,oneof"`
+}
+
+type RequestUnion_QueryOnePc struct {
+	QueryOnePc *QueryOnePCRequest `protobuf:"bytes,12,opt,name=query_one_pc,json=queryOnePc,proto3,oneof"`
+}
+
+type RequestUnion_RecoverIntent struct {
+	RecoverIntent *RecoverIntentRequest `protobuf:"bytes,13,opt,name=recover_intent,json=recoverIntent,proto3,oneof"`
+}
+
 func (*RequestUnion_Get) isRequestUnion_Value() {}
 
 func (*RequestUnion_Scan) isRequestUnion_Value() {}
@@ -1908,6 +2350,12 @@ func (*RequestUnion_PlainPut) isRequestUnion_Value() {}
 
 func (*RequestUnion_QueryIntent) isRequestUnion_Value() {}
 
+func (*RequestUnion_CommitOnePc) isRequestUnion_Value() {}
+
+func (*RequestUnion_QueryOnePc) isRequestUnion_Value() {}
+
+func (*RequestUnion_RecoverIntent) isRequestUnion_Value() {}
+
 type ResponseUnion struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Value:
@@ -1922,6 +2370,9 @@ type ResponseUnion struct {
 	//	*ResponseUnion_PlainPutUnlessExists
 	//	*ResponseUnion_PlainPut
 	//	*ResponseUnion_QueryIntent
+	//	*ResponseUnion_CommitOnePc
+	//	*ResponseUnion_QueryOnePc
+	//	*ResponseUnion_RecoverIntent
 	Value         isResponseUnion_Value `protobuf_oneof:"value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1929,7 +2380,7 @@ type ResponseUnion struct {
 
 func (x *ResponseUnion) Reset() {
 	*x = ResponseUnion{}
-	mi := &file_canopy_proto_msgTypes[29]
+	mi := &file_canopy_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2392,7 @@ func (x *ResponseUnion) String() string {
 func (*ResponseUnion) ProtoMessage() {}
 
 func (x *ResponseUnion) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[29]
+	mi := &file_canopy_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2405,7 @@ func (x *ResponseUnion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseUnion.ProtoReflect.Descriptor instead.
 func (*ResponseUnion) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{29}
+	return file_canopy_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResponseUnion) GetValue() isResponseUnion_Value {
@@ -2054,6 +2505,33 @@ func (x *ResponseUnion) GetQueryIntent() *QueryIntentResponse {
 	return nil
 }
 
+func (x *ResponseUnion) GetCommitOnePc() *CommitOnePCResponse {
+	if x != nil {
+		if x, ok := x.Value.(*ResponseUnion_CommitOnePc); ok {
+			return x.CommitOnePc
+		}
+	}
+	return nil
+}
+
+func (x *ResponseUnion) GetQueryOnePc() *QueryOnePCResponse {
+	if x != nil {
+		if x, ok := x.Value.(*ResponseUnion_QueryOnePc); ok {
+			return x.QueryOnePc
+		}
+	}
+	return nil
+}
+
+func (x *ResponseUnion) GetRecoverIntent() *RecoverIntentResponse {
+	if x != nil {
+		if x, ok := x.Value.(*ResponseUnion_RecoverIntent); ok {
+			return x.RecoverIntent
+		}
+	}
+	return nil
+}
+
 type isResponseUnion_Value interface {
 	isResponseUnion_Value()
 }
@@ -2098,6 +2576,18 @@ type ResponseUnion_QueryIntent struct {
 	QueryIntent *QueryIntentResponse `protobuf:"bytes,10,opt,name=query_intent,json=queryIntent,proto3,oneof"`
 }
 
+type ResponseUnion_CommitOnePc struct {
+	CommitOnePc *CommitOnePCResponse `protobuf:"bytes,11,opt,name=commit_one_pc,json=commitOnePc,proto3,oneof"`
+}
+
+type ResponseUnion_QueryOnePc struct {
+	QueryOnePc *QueryOnePCResponse `protobuf:"bytes,12,opt,name=query_one_pc,json=queryOnePc,proto3,oneof"`
+}
+
+type ResponseUnion_RecoverIntent struct {
+	RecoverIntent *RecoverIntentResponse `protobuf:"bytes,13,opt,name=recover_intent,json=recoverIntent,proto3,oneof"`
+}
+
 func (*ResponseUnion_Get) isResponseUnion_Value() {}
 
 func (*ResponseUnion_Scan) isResponseUnion_Value() {}
@@ -2118,6 +2608,12 @@ func (*ResponseUnion_PlainPut) isResponseUnion_Value() {}
 
 func (*ResponseUnion_QueryIntent) isResponseUnion_Value() {}
 
+func (*ResponseUnion_CommitOnePc) isResponseUnion_Value() {}
+
+func (*ResponseUnion_QueryOnePc) isResponseUnion_Value() {}
+
+func (*ResponseUnion_RecoverIntent) isResponseUnion_Value() {}
+
 type BatchRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	RangeId  uint64                 `protobuf:"varint,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
@@ -2134,7 +2630,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_canopy_proto_msgTypes[30]
+	mi := &file_canopy_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2642,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[30]
+	mi := &file_canopy_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2655,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{30}
+	return file_canopy_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *BatchRequest) GetRangeId() uint64 {
@@ -2195,7 +2691,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_canopy_proto_msgTypes[31]
+	mi := &file_canopy_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2703,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[31]
+	mi := &file_canopy_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2716,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{31}
+	return file_canopy_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BatchResponse) GetError() *Error {
@@ -2248,7 +2744,7 @@ type RangeLookupRequest struct {
 
 func (x *RangeLookupRequest) Reset() {
 	*x = RangeLookupRequest{}
-	mi := &file_canopy_proto_msgTypes[32]
+	mi := &file_canopy_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2756,7 @@ func (x *RangeLookupRequest) String() string {
 func (*RangeLookupRequest) ProtoMessage() {}
 
 func (x *RangeLookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[32]
+	mi := &file_canopy_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2769,7 @@ func (x *RangeLookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeLookupRequest.ProtoReflect.Descriptor instead.
 func (*RangeLookupRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{32}
+	return file_canopy_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RangeLookupRequest) GetKey() []byte {
@@ -2295,7 +2791,7 @@ type RangeLookupResponse struct {
 
 func (x *RangeLookupResponse) Reset() {
 	*x = RangeLookupResponse{}
-	mi := &file_canopy_proto_msgTypes[33]
+	mi := &file_canopy_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2803,7 @@ func (x *RangeLookupResponse) String() string {
 func (*RangeLookupResponse) ProtoMessage() {}
 
 func (x *RangeLookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[33]
+	mi := &file_canopy_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2816,7 @@ func (x *RangeLookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeLookupResponse.ProtoReflect.Descriptor instead.
 func (*RangeLookupResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{33}
+	return file_canopy_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RangeLookupResponse) GetError() *Error {
@@ -2362,7 +2858,7 @@ type TimestampRequest struct {
 
 func (x *TimestampRequest) Reset() {
 	*x = TimestampRequest{}
-	mi := &file_canopy_proto_msgTypes[34]
+	mi := &file_canopy_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2374,7 +2870,7 @@ func (x *TimestampRequest) String() string {
 func (*TimestampRequest) ProtoMessage() {}
 
 func (x *TimestampRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[34]
+	mi := &file_canopy_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2387,7 +2883,7 @@ func (x *TimestampRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimestampRequest.ProtoReflect.Descriptor instead.
 func (*TimestampRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{34}
+	return file_canopy_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TimestampRequest) GetCount() uint32 {
@@ -2408,7 +2904,7 @@ type TimestampResponse struct {
 
 func (x *TimestampResponse) Reset() {
 	*x = TimestampResponse{}
-	mi := &file_canopy_proto_msgTypes[35]
+	mi := &file_canopy_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2420,7 +2916,7 @@ func (x *TimestampResponse) String() string {
 func (*TimestampResponse) ProtoMessage() {}
 
 func (x *TimestampResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[35]
+	mi := &file_canopy_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2433,7 +2929,7 @@ func (x *TimestampResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimestampResponse.ProtoReflect.Descriptor instead.
 func (*TimestampResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{35}
+	return file_canopy_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TimestampResponse) GetError() *Error {
@@ -2471,7 +2967,7 @@ type ClusterSettings struct {
 
 func (x *ClusterSettings) Reset() {
 	*x = ClusterSettings{}
-	mi := &file_canopy_proto_msgTypes[36]
+	mi := &file_canopy_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2483,7 +2979,7 @@ func (x *ClusterSettings) String() string {
 func (*ClusterSettings) ProtoMessage() {}
 
 func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[36]
+	mi := &file_canopy_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2496,7 +2992,7 @@ func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSettings.ProtoReflect.Descriptor instead.
 func (*ClusterSettings) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{36}
+	return file_canopy_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ClusterSettings) GetClusterId() string {
@@ -2542,7 +3038,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_canopy_proto_msgTypes[37]
+	mi := &file_canopy_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +3050,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[37]
+	mi := &file_canopy_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +3063,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{37}
+	return file_canopy_proto_rawDescGZIP(), []int{44}
 }
 
 type ClusterInfoResponse struct {
@@ -2581,7 +3077,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_canopy_proto_msgTypes[38]
+	mi := &file_canopy_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2593,7 +3089,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[38]
+	mi := &file_canopy_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2606,7 +3102,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{38}
+	return file_canopy_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ClusterInfoResponse) GetError() *Error {
@@ -2640,7 +3136,7 @@ type BootstrapRequest struct {
 
 func (x *BootstrapRequest) Reset() {
 	*x = BootstrapRequest{}
-	mi := &file_canopy_proto_msgTypes[39]
+	mi := &file_canopy_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +3148,7 @@ func (x *BootstrapRequest) String() string {
 func (*BootstrapRequest) ProtoMessage() {}
 
 func (x *BootstrapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[39]
+	mi := &file_canopy_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +3161,7 @@ func (x *BootstrapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapRequest.ProtoReflect.Descriptor instead.
 func (*BootstrapRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{39}
+	return file_canopy_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *BootstrapRequest) GetInitialRanges() uint32 {
@@ -2692,7 +3188,7 @@ type BootstrapResponse struct {
 
 func (x *BootstrapResponse) Reset() {
 	*x = BootstrapResponse{}
-	mi := &file_canopy_proto_msgTypes[40]
+	mi := &file_canopy_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2704,7 +3200,7 @@ func (x *BootstrapResponse) String() string {
 func (*BootstrapResponse) ProtoMessage() {}
 
 func (x *BootstrapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[40]
+	mi := &file_canopy_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,7 +3213,7 @@ func (x *BootstrapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapResponse.ProtoReflect.Descriptor instead.
 func (*BootstrapResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{40}
+	return file_canopy_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BootstrapResponse) GetError() *Error {
@@ -2743,7 +3239,7 @@ type SplitRequest struct {
 
 func (x *SplitRequest) Reset() {
 	*x = SplitRequest{}
-	mi := &file_canopy_proto_msgTypes[41]
+	mi := &file_canopy_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +3251,7 @@ func (x *SplitRequest) String() string {
 func (*SplitRequest) ProtoMessage() {}
 
 func (x *SplitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[41]
+	mi := &file_canopy_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +3264,7 @@ func (x *SplitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitRequest.ProtoReflect.Descriptor instead.
 func (*SplitRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{41}
+	return file_canopy_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SplitRequest) GetSplitKey() []byte {
@@ -2789,7 +3285,7 @@ type SplitResponse struct {
 
 func (x *SplitResponse) Reset() {
 	*x = SplitResponse{}
-	mi := &file_canopy_proto_msgTypes[42]
+	mi := &file_canopy_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +3297,7 @@ func (x *SplitResponse) String() string {
 func (*SplitResponse) ProtoMessage() {}
 
 func (x *SplitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[42]
+	mi := &file_canopy_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +3310,7 @@ func (x *SplitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitResponse.ProtoReflect.Descriptor instead.
 func (*SplitResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{42}
+	return file_canopy_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SplitResponse) GetError() *Error {
@@ -2851,7 +3347,7 @@ type RangeStatus struct {
 
 func (x *RangeStatus) Reset() {
 	*x = RangeStatus{}
-	mi := &file_canopy_proto_msgTypes[43]
+	mi := &file_canopy_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2863,7 +3359,7 @@ func (x *RangeStatus) String() string {
 func (*RangeStatus) ProtoMessage() {}
 
 func (x *RangeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[43]
+	mi := &file_canopy_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2876,7 +3372,7 @@ func (x *RangeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeStatus.ProtoReflect.Descriptor instead.
 func (*RangeStatus) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{43}
+	return file_canopy_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RangeStatus) GetRange() *RangeDescriptor {
@@ -2922,7 +3418,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_canopy_proto_msgTypes[44]
+	mi := &file_canopy_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2934,7 +3430,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[44]
+	mi := &file_canopy_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2947,7 +3443,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{44}
+	return file_canopy_proto_rawDescGZIP(), []int{51}
 }
 
 type NodeStatusResponse struct {
@@ -2962,7 +3458,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_canopy_proto_msgTypes[45]
+	mi := &file_canopy_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3470,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[45]
+	mi := &file_canopy_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3483,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{45}
+	return file_canopy_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *NodeStatusResponse) GetNodeId() uint64 {
@@ -3036,7 +3532,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_canopy_proto_msgTypes[46]
+	mi := &file_canopy_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3544,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[46]
+	mi := &file_canopy_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3557,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{46}
+	return file_canopy_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RaftMessage) GetRangeId() uint64 {
@@ -3113,7 +3609,7 @@ type RaftMessageBatch struct {
 
 func (x *RaftMessageBatch) Reset() {
 	*x = RaftMessageBatch{}
-	mi := &file_canopy_proto_msgTypes[47]
+	mi := &file_canopy_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3621,7 @@ func (x *RaftMessageBatch) String() string {
 func (*RaftMessageBatch) ProtoMessage() {}
 
 func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[47]
+	mi := &file_canopy_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3634,7 @@ func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatch.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatch) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{47}
+	return file_canopy_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RaftMessageBatch) GetMessages() []*RaftMessage {
@@ -3163,7 +3659,7 @@ type RaftMessageBatchResponse struct {
 
 func (x *RaftMessageBatchResponse) Reset() {
 	*x = RaftMessageBatchResponse{}
-	mi := &file_canopy_proto_msgTypes[48]
+	mi := &file_canopy_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +3671,7 @@ func (x *RaftMessageBatchResponse) String() string {
 func (*RaftMessageBatchResponse) ProtoMessage() {}
 
 func (x *RaftMessageBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[48]
+	mi := &file_canopy_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +3684,7 @@ func (x *RaftMessageBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatchResponse.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatchResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{48}
+	return file_canopy_proto_rawDescGZIP(), []int{55}
 }
 
 // JoinRequest is sent by the bootstrapping node to every peer: it assigns
@@ -3208,7 +3704,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_canopy_proto_msgTypes[49]
+	mi := &file_canopy_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3220,7 +3716,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[49]
+	mi := &file_canopy_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3233,7 +3729,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{49}
+	return file_canopy_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *JoinRequest) GetNodeId() uint64 {
@@ -3280,7 +3776,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_canopy_proto_msgTypes[50]
+	mi := &file_canopy_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3292,7 +3788,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[50]
+	mi := &file_canopy_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3305,7 +3801,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{50}
+	return file_canopy_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *JoinResponse) GetError() *Error {
@@ -3323,7 +3819,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_canopy_proto_msgTypes[51]
+	mi := &file_canopy_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3831,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[51]
+	mi := &file_canopy_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3844,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{51}
+	return file_canopy_proto_rawDescGZIP(), []int{58}
 }
 
 type PingResponse struct {
@@ -3361,7 +3857,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_canopy_proto_msgTypes[52]
+	mi := &file_canopy_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3373,7 +3869,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[52]
+	mi := &file_canopy_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3386,7 +3882,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{52}
+	return file_canopy_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PingResponse) GetNodeId() uint64 {
@@ -3415,7 +3911,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_canopy_proto_msgTypes[53]
+	mi := &file_canopy_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3923,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[53]
+	mi := &file_canopy_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3936,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{53}
+	return file_canopy_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ProposeRequest) GetRangeId() uint64 {
@@ -3468,7 +3964,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_canopy_proto_msgTypes[54]
+	mi := &file_canopy_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3976,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[54]
+	mi := &file_canopy_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3989,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{54}
+	return file_canopy_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ProposeResponse) GetError() *Error {
@@ -3549,7 +4045,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_canopy_proto_msgTypes[55]
+	mi := &file_canopy_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3561,7 +4057,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[55]
+	mi := &file_canopy_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3574,7 +4070,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{55}
+	return file_canopy_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RaftCommand) GetBatch() *BatchRequest {
@@ -3661,7 +4157,7 @@ type GCCommand struct {
 
 func (x *GCCommand) Reset() {
 	*x = GCCommand{}
-	mi := &file_canopy_proto_msgTypes[56]
+	mi := &file_canopy_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3673,7 +4169,7 @@ func (x *GCCommand) String() string {
 func (*GCCommand) ProtoMessage() {}
 
 func (x *GCCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[56]
+	mi := &file_canopy_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3686,7 +4182,7 @@ func (x *GCCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCCommand.ProtoReflect.Descriptor instead.
 func (*GCCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{56}
+	return file_canopy_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GCCommand) GetThreshold() uint64 {
@@ -3721,7 +4217,7 @@ type RangeState struct {
 
 func (x *RangeState) Reset() {
 	*x = RangeState{}
-	mi := &file_canopy_proto_msgTypes[57]
+	mi := &file_canopy_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3733,7 +4229,7 @@ func (x *RangeState) String() string {
 func (*RangeState) ProtoMessage() {}
 
 func (x *RangeState) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[57]
+	mi := &file_canopy_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3746,7 +4242,7 @@ func (x *RangeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeState.ProtoReflect.Descriptor instead.
 func (*RangeState) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{57}
+	return file_canopy_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RangeState) GetRange() *RangeDescriptor {
@@ -3776,7 +4272,7 @@ type SplitCommand struct {
 
 func (x *SplitCommand) Reset() {
 	*x = SplitCommand{}
-	mi := &file_canopy_proto_msgTypes[58]
+	mi := &file_canopy_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3788,7 +4284,7 @@ func (x *SplitCommand) String() string {
 func (*SplitCommand) ProtoMessage() {}
 
 func (x *SplitCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[58]
+	mi := &file_canopy_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3801,7 +4297,7 @@ func (x *SplitCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitCommand.ProtoReflect.Descriptor instead.
 func (*SplitCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{58}
+	return file_canopy_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SplitCommand) GetSplitKey() []byte {
@@ -3836,7 +4332,7 @@ type MetaUpdateCommand struct {
 
 func (x *MetaUpdateCommand) Reset() {
 	*x = MetaUpdateCommand{}
-	mi := &file_canopy_proto_msgTypes[59]
+	mi := &file_canopy_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3848,7 +4344,7 @@ func (x *MetaUpdateCommand) String() string {
 func (*MetaUpdateCommand) ProtoMessage() {}
 
 func (x *MetaUpdateCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[59]
+	mi := &file_canopy_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3861,7 +4357,7 @@ func (x *MetaUpdateCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaUpdateCommand.ProtoReflect.Descriptor instead.
 func (*MetaUpdateCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{59}
+	return file_canopy_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MetaUpdateCommand) GetRange() *RangeDescriptor {
@@ -3880,7 +4376,7 @@ type AllocRangeIDCommand struct {
 
 func (x *AllocRangeIDCommand) Reset() {
 	*x = AllocRangeIDCommand{}
-	mi := &file_canopy_proto_msgTypes[60]
+	mi := &file_canopy_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3892,7 +4388,7 @@ func (x *AllocRangeIDCommand) String() string {
 func (*AllocRangeIDCommand) ProtoMessage() {}
 
 func (x *AllocRangeIDCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[60]
+	mi := &file_canopy_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3905,7 +4401,7 @@ func (x *AllocRangeIDCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocRangeIDCommand.ProtoReflect.Descriptor instead.
 func (*AllocRangeIDCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{60}
+	return file_canopy_proto_rawDescGZIP(), []int{67}
 }
 
 // CASBoundCommand sets the oracle's upper bound to new_bound if it equals
@@ -3920,7 +4416,7 @@ type CASBoundCommand struct {
 
 func (x *CASBoundCommand) Reset() {
 	*x = CASBoundCommand{}
-	mi := &file_canopy_proto_msgTypes[61]
+	mi := &file_canopy_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3932,7 +4428,7 @@ func (x *CASBoundCommand) String() string {
 func (*CASBoundCommand) ProtoMessage() {}
 
 func (x *CASBoundCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[61]
+	mi := &file_canopy_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3945,7 +4441,7 @@ func (x *CASBoundCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CASBoundCommand.ProtoReflect.Descriptor instead.
 func (*CASBoundCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{61}
+	return file_canopy_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CASBoundCommand) GetExpected() uint64 {
@@ -3958,6 +4454,71 @@ func (x *CASBoundCommand) GetExpected() uint64 {
 func (x *CASBoundCommand) GetNewBound() uint64 {
 	if x != nil {
 		return x.NewBound
+	}
+	return 0
+}
+
+// TxnSwitches is the cluster setting of the transaction optimisations,
+// stored as a plain key in range 1 (client.SettingsKey) and changeable at
+// run time (canopy setting). Each field is 0 (default: on), 1 (on) or 2
+// (off). Clients re-read it periodically; a transaction's own options and
+// its client's options override it.
+type TxnSwitches struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Pipelining      uint32                 `protobuf:"varint,1,opt,name=pipelining,proto3" json:"pipelining,omitempty"`
+	ParallelCommits uint32                 `protobuf:"varint,2,opt,name=parallel_commits,json=parallelCommits,proto3" json:"parallel_commits,omitempty"`
+	OnePc           uint32                 `protobuf:"varint,3,opt,name=one_pc,json=onePc,proto3" json:"one_pc,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TxnSwitches) Reset() {
+	*x = TxnSwitches{}
+	mi := &file_canopy_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnSwitches) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnSwitches) ProtoMessage() {}
+
+func (x *TxnSwitches) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnSwitches.ProtoReflect.Descriptor instead.
+func (*TxnSwitches) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *TxnSwitches) GetPipelining() uint32 {
+	if x != nil {
+		return x.Pipelining
+	}
+	return 0
+}
+
+func (x *TxnSwitches) GetParallelCommits() uint32 {
+	if x != nil {
+		return x.ParallelCommits
+	}
+	return 0
+}
+
+func (x *TxnSwitches) GetOnePc() uint32 {
+	if x != nil {
+		return x.OnePc
 	}
 	return 0
 }
@@ -4067,7 +4628,32 @@ const file_canopy_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +
 	"\x06delete\x18\x03 \x01(\bR\x06delete\"\x12\n" +
-	"\x10PlainPutResponse\"\xd7\x04\n" +
+	"\x10PlainPutResponse\"\x90\x01\n" +
+	"\x12CommitOnePCRequest\x12\x1b\n" +
+	"\ttxn_start\x18\x01 \x01(\x04R\btxnStart\x12*\n" +
+	"\x06writes\x18\x02 \x03(\v2\x12.canopy.OnePCWriteR\x06writes\x121\n" +
+	"\rrefresh_spans\x18\x03 \x03(\v2\f.canopy.SpanR\frefreshSpans\"L\n" +
+	"\n" +
+	"OnePCWrite\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +
+	"\x06delete\x18\x03 \x01(\bR\x06delete\"2\n" +
+	"\x13CommitOnePCResponse\x12\x1b\n" +
+	"\tcommit_ts\x18\x01 \x01(\x04R\bcommitTs\"B\n" +
+	"\x11QueryOnePCRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1b\n" +
+	"\ttxn_start\x18\x02 \x01(\x04R\btxnStart\"m\n" +
+	"\x12QueryOnePCResponse\x12\x1c\n" +
+	"\tcommitted\x18\x01 \x01(\bR\tcommitted\x12\x1b\n" +
+	"\tcommit_ts\x18\x02 \x01(\x04R\bcommitTs\x12\x1c\n" +
+	"\tprevented\x18\x03 \x01(\bR\tprevented\"d\n" +
+	"\x14RecoverIntentRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1b\n" +
+	"\ttxn_start\x18\x02 \x01(\x04R\btxnStart\x12\x1d\n" +
+	"\n" +
+	"value_hash\x18\x03 \x01(\x06R\tvalueHash\"-\n" +
+	"\x15RecoverIntentResponse\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\"\x9f\x06\n" +
 	"\fRequestUnion\x12&\n" +
 	"\x03get\x18\x01 \x01(\v2\x12.canopy.GetRequestH\x00R\x03get\x12)\n" +
 	"\x04scan\x18\x02 \x01(\v2\x13.canopy.ScanRequestH\x00R\x04scan\x129\n" +
@@ -4080,8 +4666,12 @@ const file_canopy_proto_rawDesc = "" +
 	"\x17plain_put_unless_exists\x18\b \x01(\v2#.canopy.PlainPutUnlessExistsRequestH\x00R\x14plainPutUnlessExists\x126\n" +
 	"\tplain_put\x18\t \x01(\v2\x17.canopy.PlainPutRequestH\x00R\bplainPut\x12?\n" +
 	"\fquery_intent\x18\n" +
-	" \x01(\v2\x1a.canopy.QueryIntentRequestH\x00R\vqueryIntentB\a\n" +
-	"\x05value\"\xe2\x04\n" +
+	" \x01(\v2\x1a.canopy.QueryIntentRequestH\x00R\vqueryIntent\x12@\n" +
+	"\rcommit_one_pc\x18\v \x01(\v2\x1a.canopy.CommitOnePCRequestH\x00R\vcommitOnePc\x12=\n" +
+	"\fquery_one_pc\x18\f \x01(\v2\x19.canopy.QueryOnePCRequestH\x00R\n" +
+	"queryOnePc\x12E\n" +
+	"\x0erecover_intent\x18\r \x01(\v2\x1c.canopy.RecoverIntentRequestH\x00R\rrecoverIntentB\a\n" +
+	"\x05value\"\xad\x06\n" +
 	"\rResponseUnion\x12'\n" +
 	"\x03get\x18\x01 \x01(\v2\x13.canopy.GetResponseH\x00R\x03get\x12*\n" +
 	"\x04scan\x18\x02 \x01(\v2\x14.canopy.ScanResponseH\x00R\x04scan\x12:\n" +
@@ -4094,7 +4684,11 @@ const file_canopy_proto_rawDesc = "" +
 	"\x17plain_put_unless_exists\x18\b \x01(\v2$.canopy.PlainPutUnlessExistsResponseH\x00R\x14plainPutUnlessExists\x127\n" +
 	"\tplain_put\x18\t \x01(\v2\x18.canopy.PlainPutResponseH\x00R\bplainPut\x12@\n" +
 	"\fquery_intent\x18\n" +
-	" \x01(\v2\x1b.canopy.QueryIntentResponseH\x00R\vqueryIntentB\a\n" +
+	" \x01(\v2\x1b.canopy.QueryIntentResponseH\x00R\vqueryIntent\x12A\n" +
+	"\rcommit_one_pc\x18\v \x01(\v2\x1b.canopy.CommitOnePCResponseH\x00R\vcommitOnePc\x12>\n" +
+	"\fquery_one_pc\x18\f \x01(\v2\x1a.canopy.QueryOnePCResponseH\x00R\n" +
+	"queryOnePc\x12F\n" +
+	"\x0erecover_intent\x18\r \x01(\v2\x1d.canopy.RecoverIntentResponseH\x00R\rrecoverIntentB\a\n" +
 	"\x05value\"\x84\x01\n" +
 	"\fBatchRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\x04R\arangeId\x120\n" +
@@ -4215,7 +4809,13 @@ const file_canopy_proto_rawDesc = "" +
 	"\x13AllocRangeIDCommand\"J\n" +
 	"\x0fCASBoundCommand\x12\x1a\n" +
 	"\bexpected\x18\x01 \x01(\x04R\bexpected\x12\x1b\n" +
-	"\tnew_bound\x18\x02 \x01(\x04R\bnewBound*\x91\x02\n" +
+	"\tnew_bound\x18\x02 \x01(\x04R\bnewBound\"o\n" +
+	"\vTxnSwitches\x12\x1e\n" +
+	"\n" +
+	"pipelining\x18\x01 \x01(\rR\n" +
+	"pipelining\x12)\n" +
+	"\x10parallel_commits\x18\x02 \x01(\rR\x0fparallelCommits\x12\x15\n" +
+	"\x06one_pc\x18\x03 \x01(\rR\x05onePc*\x91\x02\n" +
 	"\tErrorCode\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x13\n" +
 	"\x0fNOT_LEASEHOLDER\x10\x01\x12\x13\n" +
@@ -4263,7 +4863,7 @@ func file_canopy_proto_rawDescGZIP() []byte {
 }
 
 var file_canopy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_canopy_proto_goTypes = []any{
 	(ErrorCode)(0),                       // 0: canopy.ErrorCode
 	(*ReplicaDescriptor)(nil),            // 1: canopy.ReplicaDescriptor
@@ -4294,40 +4894,48 @@ var file_canopy_proto_goTypes = []any{
 	(*PlainPutUnlessExistsResponse)(nil), // 26: canopy.PlainPutUnlessExistsResponse
 	(*PlainPutRequest)(nil),              // 27: canopy.PlainPutRequest
 	(*PlainPutResponse)(nil),             // 28: canopy.PlainPutResponse
-	(*RequestUnion)(nil),                 // 29: canopy.RequestUnion
-	(*ResponseUnion)(nil),                // 30: canopy.ResponseUnion
-	(*BatchRequest)(nil),                 // 31: canopy.BatchRequest
-	(*BatchResponse)(nil),                // 32: canopy.BatchResponse
-	(*RangeLookupRequest)(nil),           // 33: canopy.RangeLookupRequest
-	(*RangeLookupResponse)(nil),          // 34: canopy.RangeLookupResponse
-	(*TimestampRequest)(nil),             // 35: canopy.TimestampRequest
-	(*TimestampResponse)(nil),            // 36: canopy.TimestampResponse
-	(*ClusterSettings)(nil),              // 37: canopy.ClusterSettings
-	(*ClusterInfoRequest)(nil),           // 38: canopy.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),          // 39: canopy.ClusterInfoResponse
-	(*BootstrapRequest)(nil),             // 40: canopy.BootstrapRequest
-	(*BootstrapResponse)(nil),            // 41: canopy.BootstrapResponse
-	(*SplitRequest)(nil),                 // 42: canopy.SplitRequest
-	(*SplitResponse)(nil),                // 43: canopy.SplitResponse
-	(*RangeStatus)(nil),                  // 44: canopy.RangeStatus
-	(*NodeStatusRequest)(nil),            // 45: canopy.NodeStatusRequest
-	(*NodeStatusResponse)(nil),           // 46: canopy.NodeStatusResponse
-	(*RaftMessage)(nil),                  // 47: canopy.RaftMessage
-	(*RaftMessageBatch)(nil),             // 48: canopy.RaftMessageBatch
-	(*RaftMessageBatchResponse)(nil),     // 49: canopy.RaftMessageBatchResponse
-	(*JoinRequest)(nil),                  // 50: canopy.JoinRequest
-	(*JoinResponse)(nil),                 // 51: canopy.JoinResponse
-	(*PingRequest)(nil),                  // 52: canopy.PingRequest
-	(*PingResponse)(nil),                 // 53: canopy.PingResponse
-	(*ProposeRequest)(nil),               // 54: canopy.ProposeRequest
-	(*ProposeResponse)(nil),              // 55: canopy.ProposeResponse
-	(*RaftCommand)(nil),                  // 56: canopy.RaftCommand
-	(*GCCommand)(nil),                    // 57: canopy.GCCommand
-	(*RangeState)(nil),                   // 58: canopy.RangeState
-	(*SplitCommand)(nil),                 // 59: canopy.SplitCommand
-	(*MetaUpdateCommand)(nil),            // 60: canopy.MetaUpdateCommand
-	(*AllocRangeIDCommand)(nil),          // 61: canopy.AllocRangeIDCommand
-	(*CASBoundCommand)(nil),              // 62: canopy.CASBoundCommand
+	(*CommitOnePCRequest)(nil),           // 29: canopy.CommitOnePCRequest
+	(*OnePCWrite)(nil),                   // 30: canopy.OnePCWrite
+	(*CommitOnePCResponse)(nil),          // 31: canopy.CommitOnePCResponse
+	(*QueryOnePCRequest)(nil),            // 32: canopy.QueryOnePCRequest
+	(*QueryOnePCResponse)(nil),           // 33: canopy.QueryOnePCResponse
+	(*RecoverIntentRequest)(nil),         // 34: canopy.RecoverIntentRequest
+	(*RecoverIntentResponse)(nil),        // 35: canopy.RecoverIntentResponse
+	(*RequestUnion)(nil),                 // 36: canopy.RequestUnion
+	(*ResponseUnion)(nil),                // 37: canopy.ResponseUnion
+	(*BatchRequest)(nil),                 // 38: canopy.BatchRequest
+	(*BatchResponse)(nil),                // 39: canopy.BatchResponse
+	(*RangeLookupRequest)(nil),           // 40: canopy.RangeLookupRequest
+	(*RangeLookupResponse)(nil),          // 41: canopy.RangeLookupResponse
+	(*TimestampRequest)(nil),             // 42: canopy.TimestampRequest
+	(*TimestampResponse)(nil),            // 43: canopy.TimestampResponse
+	(*ClusterSettings)(nil),              // 44: canopy.ClusterSettings
+	(*ClusterInfoRequest)(nil),           // 45: canopy.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),          // 46: canopy.ClusterInfoResponse
+	(*BootstrapRequest)(nil),             // 47: canopy.BootstrapRequest
+	(*BootstrapResponse)(nil),            // 48: canopy.BootstrapResponse
+	(*SplitRequest)(nil),                 // 49: canopy.SplitRequest
+	(*SplitResponse)(nil),                // 50: canopy.SplitResponse
+	(*RangeStatus)(nil),                  // 51: canopy.RangeStatus
+	(*NodeStatusRequest)(nil),            // 52: canopy.NodeStatusRequest
+	(*NodeStatusResponse)(nil),           // 53: canopy.NodeStatusResponse
+	(*RaftMessage)(nil),                  // 54: canopy.RaftMessage
+	(*RaftMessageBatch)(nil),             // 55: canopy.RaftMessageBatch
+	(*RaftMessageBatchResponse)(nil),     // 56: canopy.RaftMessageBatchResponse
+	(*JoinRequest)(nil),                  // 57: canopy.JoinRequest
+	(*JoinResponse)(nil),                 // 58: canopy.JoinResponse
+	(*PingRequest)(nil),                  // 59: canopy.PingRequest
+	(*PingResponse)(nil),                 // 60: canopy.PingResponse
+	(*ProposeRequest)(nil),               // 61: canopy.ProposeRequest
+	(*ProposeResponse)(nil),              // 62: canopy.ProposeResponse
+	(*RaftCommand)(nil),                  // 63: canopy.RaftCommand
+	(*GCCommand)(nil),                    // 64: canopy.GCCommand
+	(*RangeState)(nil),                   // 65: canopy.RangeState
+	(*SplitCommand)(nil),                 // 66: canopy.SplitCommand
+	(*MetaUpdateCommand)(nil),            // 67: canopy.MetaUpdateCommand
+	(*AllocRangeIDCommand)(nil),          // 68: canopy.AllocRangeIDCommand
+	(*CASBoundCommand)(nil),              // 69: canopy.CASBoundCommand
+	(*TxnSwitches)(nil),                  // 70: canopy.TxnSwitches
 }
 var file_canopy_proto_depIdxs = []int32{
 	1,  // 0: canopy.RangeDescriptor.replicas:type_name -> canopy.ReplicaDescriptor
@@ -4338,89 +4946,97 @@ var file_canopy_proto_depIdxs = []int32{
 	7,  // 5: canopy.ScanResponse.kvs:type_name -> canopy.KeyValue
 	5,  // 6: canopy.PutIntentRequest.txn:type_name -> canopy.TxnMeta
 	8,  // 7: canopy.RefreshRequest.spans:type_name -> canopy.Span
-	9,  // 8: canopy.RequestUnion.get:type_name -> canopy.GetRequest
-	11, // 9: canopy.RequestUnion.scan:type_name -> canopy.ScanRequest
-	13, // 10: canopy.RequestUnion.put_intent:type_name -> canopy.PutIntentRequest
-	15, // 11: canopy.RequestUnion.resolve_intent:type_name -> canopy.ResolveIntentRequest
-	17, // 12: canopy.RequestUnion.put:type_name -> canopy.PutRequest
-	19, // 13: canopy.RequestUnion.refresh:type_name -> canopy.RefreshRequest
-	23, // 14: canopy.RequestUnion.plain_get:type_name -> canopy.PlainGetRequest
-	25, // 15: canopy.RequestUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsRequest
-	27, // 16: canopy.RequestUnion.plain_put:type_name -> canopy.PlainPutRequest
-	21, // 17: canopy.RequestUnion.query_intent:type_name -> canopy.QueryIntentRequest
-	10, // 18: canopy.ResponseUnion.get:type_name -> canopy.GetResponse
-	12, // 19: canopy.ResponseUnion.scan:type_name -> canopy.ScanResponse
-	14, // 20: canopy.ResponseUnion.put_intent:type_name -> canopy.PutIntentResponse
-	16, // 21: canopy.ResponseUnion.resolve_intent:type_name -> canopy.ResolveIntentResponse
-	18, // 22: canopy.ResponseUnion.put:type_name -> canopy.PutResponse
-	20, // 23: canopy.ResponseUnion.refresh:type_name -> canopy.RefreshResponse
-	24, // 24: canopy.ResponseUnion.plain_get:type_name -> canopy.PlainGetResponse
-	26, // 25: canopy.ResponseUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsResponse
-	28, // 26: canopy.ResponseUnion.plain_put:type_name -> canopy.PlainPutResponse
-	22, // 27: canopy.ResponseUnion.query_intent:type_name -> canopy.QueryIntentResponse
-	29, // 28: canopy.BatchRequest.requests:type_name -> canopy.RequestUnion
-	4,  // 29: canopy.BatchResponse.error:type_name -> canopy.Error
-	30, // 30: canopy.BatchResponse.responses:type_name -> canopy.ResponseUnion
-	4,  // 31: canopy.RangeLookupResponse.error:type_name -> canopy.Error
-	2,  // 32: canopy.RangeLookupResponse.range:type_name -> canopy.RangeDescriptor
-	3,  // 33: canopy.RangeLookupResponse.nodes:type_name -> canopy.NodeDescriptor
-	4,  // 34: canopy.TimestampResponse.error:type_name -> canopy.Error
-	4,  // 35: canopy.ClusterInfoResponse.error:type_name -> canopy.Error
-	37, // 36: canopy.ClusterInfoResponse.settings:type_name -> canopy.ClusterSettings
-	3,  // 37: canopy.ClusterInfoResponse.nodes:type_name -> canopy.NodeDescriptor
-	37, // 38: canopy.BootstrapRequest.settings:type_name -> canopy.ClusterSettings
-	4,  // 39: canopy.BootstrapResponse.error:type_name -> canopy.Error
-	37, // 40: canopy.BootstrapResponse.settings:type_name -> canopy.ClusterSettings
-	4,  // 41: canopy.SplitResponse.error:type_name -> canopy.Error
-	2,  // 42: canopy.SplitResponse.left:type_name -> canopy.RangeDescriptor
-	2,  // 43: canopy.SplitResponse.right:type_name -> canopy.RangeDescriptor
-	2,  // 44: canopy.RangeStatus.range:type_name -> canopy.RangeDescriptor
-	44, // 45: canopy.NodeStatusResponse.ranges:type_name -> canopy.RangeStatus
-	47, // 46: canopy.RaftMessageBatch.messages:type_name -> canopy.RaftMessage
-	3,  // 47: canopy.JoinRequest.nodes:type_name -> canopy.NodeDescriptor
-	37, // 48: canopy.JoinRequest.settings:type_name -> canopy.ClusterSettings
-	2,  // 49: canopy.JoinRequest.ranges:type_name -> canopy.RangeDescriptor
-	7,  // 50: canopy.JoinRequest.initial_data:type_name -> canopy.KeyValue
-	4,  // 51: canopy.JoinResponse.error:type_name -> canopy.Error
-	56, // 52: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
-	4,  // 53: canopy.ProposeResponse.error:type_name -> canopy.Error
-	31, // 54: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
-	59, // 55: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
-	60, // 56: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
-	61, // 57: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
-	62, // 58: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
-	57, // 59: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
-	2,  // 60: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
-	2,  // 61: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
-	31, // 62: canopy.KV.Batch:input_type -> canopy.BatchRequest
-	33, // 63: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
-	35, // 64: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
-	38, // 65: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
-	42, // 66: canopy.KV.Split:input_type -> canopy.SplitRequest
-	45, // 67: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
-	40, // 68: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
-	48, // 69: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
-	48, // 70: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
-	54, // 71: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
-	50, // 72: canopy.Internal.Join:input_type -> canopy.JoinRequest
-	52, // 73: canopy.Internal.Ping:input_type -> canopy.PingRequest
-	32, // 74: canopy.KV.Batch:output_type -> canopy.BatchResponse
-	34, // 75: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
-	36, // 76: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
-	39, // 77: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
-	43, // 78: canopy.KV.Split:output_type -> canopy.SplitResponse
-	46, // 79: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
-	41, // 80: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
-	49, // 81: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
-	49, // 82: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
-	55, // 83: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
-	51, // 84: canopy.Internal.Join:output_type -> canopy.JoinResponse
-	53, // 85: canopy.Internal.Ping:output_type -> canopy.PingResponse
-	74, // [74:86] is the sub-list for method output_type
-	62, // [62:74] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	30, // 8: canopy.CommitOnePCRequest.writes:type_name -> canopy.OnePCWrite
+	8,  // 9: canopy.CommitOnePCRequest.refresh_spans:type_name -> canopy.Span
+	9,  // 10: canopy.RequestUnion.get:type_name -> canopy.GetRequest
+	11, // 11: canopy.RequestUnion.scan:type_name -> canopy.ScanRequest
+	13, // 12: canopy.RequestUnion.put_intent:type_name -> canopy.PutIntentRequest
+	15, // 13: canopy.RequestUnion.resolve_intent:type_name -> canopy.ResolveIntentRequest
+	17, // 14: canopy.RequestUnion.put:type_name -> canopy.PutRequest
+	19, // 15: canopy.RequestUnion.refresh:type_name -> canopy.RefreshRequest
+	23, // 16: canopy.RequestUnion.plain_get:type_name -> canopy.PlainGetRequest
+	25, // 17: canopy.RequestUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsRequest
+	27, // 18: canopy.RequestUnion.plain_put:type_name -> canopy.PlainPutRequest
+	21, // 19: canopy.RequestUnion.query_intent:type_name -> canopy.QueryIntentRequest
+	29, // 20: canopy.RequestUnion.commit_one_pc:type_name -> canopy.CommitOnePCRequest
+	32, // 21: canopy.RequestUnion.query_one_pc:type_name -> canopy.QueryOnePCRequest
+	34, // 22: canopy.RequestUnion.recover_intent:type_name -> canopy.RecoverIntentRequest
+	10, // 23: canopy.ResponseUnion.get:type_name -> canopy.GetResponse
+	12, // 24: canopy.ResponseUnion.scan:type_name -> canopy.ScanResponse
+	14, // 25: canopy.ResponseUnion.put_intent:type_name -> canopy.PutIntentResponse
+	16, // 26: canopy.ResponseUnion.resolve_intent:type_name -> canopy.ResolveIntentResponse
+	18, // 27: canopy.ResponseUnion.put:type_name -> canopy.PutResponse
+	20, // 28: canopy.ResponseUnion.refresh:type_name -> canopy.RefreshResponse
+	24, // 29: canopy.ResponseUnion.plain_get:type_name -> canopy.PlainGetResponse
+	26, // 30: canopy.ResponseUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsResponse
+	28, // 31: canopy.ResponseUnion.plain_put:type_name -> canopy.PlainPutResponse
+	22, // 32: canopy.ResponseUnion.query_intent:type_name -> canopy.QueryIntentResponse
+	31, // 33: canopy.ResponseUnion.commit_one_pc:type_name -> canopy.CommitOnePCResponse
+	33, // 34: canopy.ResponseUnion.query_one_pc:type_name -> canopy.QueryOnePCResponse
+	35, // 35: canopy.ResponseUnion.recover_intent:type_name -> canopy.RecoverIntentResponse
+	36, // 36: canopy.BatchRequest.requests:type_name -> canopy.RequestUnion
+	4,  // 37: canopy.BatchResponse.error:type_name -> canopy.Error
+	37, // 38: canopy.BatchResponse.responses:type_name -> canopy.ResponseUnion
+	4,  // 39: canopy.RangeLookupResponse.error:type_name -> canopy.Error
+	2,  // 40: canopy.RangeLookupResponse.range:type_name -> canopy.RangeDescriptor
+	3,  // 41: canopy.RangeLookupResponse.nodes:type_name -> canopy.NodeDescriptor
+	4,  // 42: canopy.TimestampResponse.error:type_name -> canopy.Error
+	4,  // 43: canopy.ClusterInfoResponse.error:type_name -> canopy.Error
+	44, // 44: canopy.ClusterInfoResponse.settings:type_name -> canopy.ClusterSettings
+	3,  // 45: canopy.ClusterInfoResponse.nodes:type_name -> canopy.NodeDescriptor
+	44, // 46: canopy.BootstrapRequest.settings:type_name -> canopy.ClusterSettings
+	4,  // 47: canopy.BootstrapResponse.error:type_name -> canopy.Error
+	44, // 48: canopy.BootstrapResponse.settings:type_name -> canopy.ClusterSettings
+	4,  // 49: canopy.SplitResponse.error:type_name -> canopy.Error
+	2,  // 50: canopy.SplitResponse.left:type_name -> canopy.RangeDescriptor
+	2,  // 51: canopy.SplitResponse.right:type_name -> canopy.RangeDescriptor
+	2,  // 52: canopy.RangeStatus.range:type_name -> canopy.RangeDescriptor
+	51, // 53: canopy.NodeStatusResponse.ranges:type_name -> canopy.RangeStatus
+	54, // 54: canopy.RaftMessageBatch.messages:type_name -> canopy.RaftMessage
+	3,  // 55: canopy.JoinRequest.nodes:type_name -> canopy.NodeDescriptor
+	44, // 56: canopy.JoinRequest.settings:type_name -> canopy.ClusterSettings
+	2,  // 57: canopy.JoinRequest.ranges:type_name -> canopy.RangeDescriptor
+	7,  // 58: canopy.JoinRequest.initial_data:type_name -> canopy.KeyValue
+	4,  // 59: canopy.JoinResponse.error:type_name -> canopy.Error
+	63, // 60: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
+	4,  // 61: canopy.ProposeResponse.error:type_name -> canopy.Error
+	38, // 62: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
+	66, // 63: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
+	67, // 64: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
+	68, // 65: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
+	69, // 66: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
+	64, // 67: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
+	2,  // 68: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
+	2,  // 69: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
+	38, // 70: canopy.KV.Batch:input_type -> canopy.BatchRequest
+	40, // 71: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
+	42, // 72: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
+	45, // 73: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
+	49, // 74: canopy.KV.Split:input_type -> canopy.SplitRequest
+	52, // 75: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
+	47, // 76: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
+	55, // 77: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
+	55, // 78: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
+	61, // 79: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
+	57, // 80: canopy.Internal.Join:input_type -> canopy.JoinRequest
+	59, // 81: canopy.Internal.Ping:input_type -> canopy.PingRequest
+	39, // 82: canopy.KV.Batch:output_type -> canopy.BatchResponse
+	41, // 83: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
+	43, // 84: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
+	46, // 85: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
+	50, // 86: canopy.KV.Split:output_type -> canopy.SplitResponse
+	53, // 87: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
+	48, // 88: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
+	56, // 89: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
+	56, // 90: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
+	62, // 91: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
+	58, // 92: canopy.Internal.Join:output_type -> canopy.JoinResponse
+	60, // 93: canopy.Internal.Ping:output_type -> canopy.PingResponse
+	82, // [82:94] is the sub-list for method output_type
+	70, // [70:82] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_canopy_proto_init() }
@@ -4428,7 +5044,7 @@ func file_canopy_proto_init() {
 	if File_canopy_proto != nil {
 		return
 	}
-	file_canopy_proto_msgTypes[28].OneofWrappers = []any{
+	file_canopy_proto_msgTypes[35].OneofWrappers = []any{
 		(*RequestUnion_Get)(nil),
 		(*RequestUnion_Scan)(nil),
 		(*RequestUnion_PutIntent)(nil),
@@ -4439,8 +5055,11 @@ func file_canopy_proto_init() {
 		(*RequestUnion_PlainPutUnlessExists)(nil),
 		(*RequestUnion_PlainPut)(nil),
 		(*RequestUnion_QueryIntent)(nil),
+		(*RequestUnion_CommitOnePc)(nil),
+		(*RequestUnion_QueryOnePc)(nil),
+		(*RequestUnion_RecoverIntent)(nil),
 	}
-	file_canopy_proto_msgTypes[29].OneofWrappers = []any{
+	file_canopy_proto_msgTypes[36].OneofWrappers = []any{
 		(*ResponseUnion_Get)(nil),
 		(*ResponseUnion_Scan)(nil),
 		(*ResponseUnion_PutIntent)(nil),
@@ -4451,6 +5070,9 @@ func file_canopy_proto_init() {
 		(*ResponseUnion_PlainPutUnlessExists)(nil),
 		(*ResponseUnion_PlainPut)(nil),
 		(*ResponseUnion_QueryIntent)(nil),
+		(*ResponseUnion_CommitOnePc)(nil),
+		(*ResponseUnion_QueryOnePc)(nil),
+		(*ResponseUnion_RecoverIntent)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4458,7 +5080,7 @@ func file_canopy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_canopy_proto_rawDesc), len(file_canopy_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   62,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -30,6 +30,16 @@ func (r *RequestUnion) Key() []byte {
 		return v.PlainPutUnlessExists.GetKey()
 	case *RequestUnion_QueryIntent:
 		return v.QueryIntent.GetKey()
+	case *RequestUnion_CommitOnePc:
+		// Its first write: every write lies in that key's range, and the
+		// 1PC record is kept there.
+		if ws := v.CommitOnePc.GetWrites(); len(ws) > 0 {
+			return ws[0].GetKey()
+		}
+	case *RequestUnion_QueryOnePc:
+		return v.QueryOnePc.GetKey()
+	case *RequestUnion_RecoverIntent:
+		return v.RecoverIntent.GetKey()
 	}
 	return nil
 }
@@ -54,7 +64,8 @@ func (r *RequestUnion) WrittenValue() []byte {
 func (r *RequestUnion) IsWrite() bool {
 	switch r.GetValue().(type) {
 	case *RequestUnion_PutIntent, *RequestUnion_ResolveIntent, *RequestUnion_Put,
-		*RequestUnion_PlainPut, *RequestUnion_PlainPutUnlessExists:
+		*RequestUnion_PlainPut, *RequestUnion_PlainPutUnlessExists,
+		*RequestUnion_CommitOnePc, *RequestUnion_QueryOnePc, *RequestUnion_RecoverIntent:
 		return true
 	}
 	return false
@@ -78,10 +89,13 @@ const (
 	MethodPlainPutUnlessExists
 	MethodPlainPut
 	MethodQueryIntent
+	MethodCommitOnePC
+	MethodQueryOnePC
+	MethodRecoverIntent
 	MethodsMax // one past the last method
 )
 
-var methodNames = [MethodsMax]string{"None", "Get", "Scan", "PutIntent", "ResolveIntent", "Put", "Refresh", "PlainGet", "PlainPutUnlessExists", "PlainPut", "QueryIntent"}
+var methodNames = [MethodsMax]string{"None", "Get", "Scan", "PutIntent", "ResolveIntent", "Put", "Refresh", "PlainGet", "PlainPutUnlessExists", "PlainPut", "QueryIntent", "CommitOnePC", "QueryOnePC", "RecoverIntent"}
 
 func (m Method) String() string {
 	if m < MethodsMax {
@@ -103,6 +117,9 @@ func (*RequestUnion_PlainGet) method() Method             { return MethodPlainGe
 func (*RequestUnion_PlainPutUnlessExists) method() Method { return MethodPlainPutUnlessExists }
 func (*RequestUnion_PlainPut) method() Method             { return MethodPlainPut }
 func (*RequestUnion_QueryIntent) method() Method          { return MethodQueryIntent }
+func (*RequestUnion_CommitOnePc) method() Method          { return MethodCommitOnePC }
+func (*RequestUnion_QueryOnePc) method() Method           { return MethodQueryOnePC }
+func (*RequestUnion_RecoverIntent) method() Method        { return MethodRecoverIntent }
 
 // Method returns the request's type (MethodNone if unset).
 func (r *RequestUnion) Method() Method {
