@@ -27,6 +27,8 @@ const RangesMax = 100_000
 type benchRangesOptions struct {
 	ranges      []int
 	idle        time.Duration
+	settle      time.Duration
+	cpuProfile  string
 	concurrency int
 	readyMax    time.Duration
 	out         string
@@ -55,6 +57,8 @@ machine. Every step is bounded: start-up by --ready-max, the runs by
 	f := cmd.Flags()
 	f.IntSliceVar(&o.ranges, "ranges", []int{6, 1000, 10000}, "user ranges of each cluster; one cluster per value")
 	f.DurationVar(&o.idle, "idle", 10*time.Second, "how long the idle cluster's CPU is measured")
+	f.DurationVar(&o.settle, "settle", 30*time.Second, "wait after start-up before the idle measurement (elections, lease acquisition and quiescence settle)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the idle window of the last cluster to this file")
 	f.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients of the put run")
 	f.DurationVar(&o.readyMax, "ready-max", 10*time.Minute, "bound on a cluster's start-up (every range with a leader)")
 	f.IntVar(&o.kv.ValueBytes, "value-bytes", 256, "bytes per value")
@@ -82,6 +86,9 @@ func runBenchRanges(ctx context.Context, o benchRangesOptions, command string) e
 		if n < 1 || n > RangesMax {
 			return fmt.Errorf("--ranges %d not in [1, %d]", n, RangesMax)
 		}
+	}
+	if o.settle < 0 {
+		return fmt.Errorf("--settle must not be negative")
 	}
 	if o.idle <= 0 || o.concurrency < 1 || o.concurrency > kvbench.ConcurrencyMax {
 		return fmt.Errorf("--idle must be positive and --concurrency in [1, %d]", kvbench.ConcurrencyMax)
@@ -135,14 +142,22 @@ func benchRangesOne(ctx context.Context, o benchRangesOptions, n int) (rangesRow
 		return row, err
 	}
 	row.totalRanges = len(descs)
-	fmt.Printf("[%d ranges] up in %.1fs with %d ranges; measuring idle CPU for %v...\n", n, row.startup.Seconds(), row.totalRanges, o.idle)
-	cpu0, t0 := kvbench.ProcessCPU(), time.Now()
-	select {
-	case <-time.After(o.idle):
-	case <-ctx.Done():
-		return row, ctx.Err()
+	fmt.Printf("[%d ranges] up in %.1fs with %d ranges; settling for %v, then measuring idle CPU for %v...\n",
+		n, row.startup.Seconds(), row.totalRanges, o.settle, o.idle)
+	if err := sleepCtx(ctx, o.settle); err != nil {
+		return row, err
 	}
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return row, err
+	}
+	cpu0, t0 := kvbench.ProcessCPU(), time.Now()
+	err = sleepCtx(ctx, o.idle)
 	row.idleCPUPercent = 100 * float64(kvbench.ProcessCPU()-cpu0) / float64(time.Since(t0))
+	stopProfile()
+	if err != nil {
+		return row, err
+	}
 	db, err := client.Open(ctx, c.Addrs())
 	if err != nil {
 		return row, err
@@ -156,6 +171,18 @@ func benchRangesOne(ctx context.Context, o benchRangesOptions, n int) (rangesRow
 	kv.Progress = os.Stderr
 	row.put, err = kvbench.Run(ctx, db, kv, 0, o.concurrency)
 	return row, err
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func writeRangesOutput(out string, m bench.Machine, rows []rangesRow) error {

@@ -139,6 +139,19 @@ type Node struct {
 		// and hosts the oracle; 0 when it does not.
 		oracleTerm uint64
 	}
+	// active is the set of replicas that may not be quiescent, by range
+	// ID: tick's working set. A replica joins it when created and when it
+	// wakes (replica.Config.OnWake); tick drops the quiescent ones. So a
+	// tick costs nothing per quiescent replica. balanceDue collects the
+	// ranges that were active since the last balance round.
+	activeMu   sync.Mutex
+	active     map[uint64]struct{}
+	balanceDue map[uint64]struct{}
+	balanceRun int
+	// gcState: what version GC rounds remember per range (gc.go), under
+	// gcMu, held for a whole round.
+	gcMu    sync.Mutex
+	gcState map[uint64]gcRangeState
 	bootstrapMu sync.Mutex
 	stopc       chan struct{}
 	// stopCtx ends when the node stops (stopCancel, called by Stop): work
@@ -468,6 +481,7 @@ func (n *Node) newReplica(rangeID uint64, desc *rpcpb.RangeDescriptor) (*rangeRe
 		TickInterval:  n.cfg.TickInterval,
 		Logger:        n.log,
 		PeerLive:      n.liveness.isLive,
+		OnWake:        func() { n.markActive(rangeID) },
 	})
 	if err != nil {
 		return nil, err
@@ -482,6 +496,7 @@ func (n *Node) newReplica(rangeID uint64, desc *rpcpb.RangeDescriptor) (*rangeRe
 	}
 	n.mu.replicas[rangeID] = rr
 	n.mu.Unlock()
+	n.markActive(rangeID)
 	r.Start()
 	return rr, nil
 }
@@ -623,19 +638,52 @@ func (n *Node) tick() {
 		n.transport.beat(self, peers)
 	}
 	dead := n.liveness.dead(peers)
-	n.mu.RLock()
-	reps := make([]*rangeReplica, 0, len(n.mu.replicas))
-	for _, rr := range n.mu.replicas {
-		if !rr.r.Quiescent() || (dead != nil && n.dependsOn(rr, self, dead)) {
+	var reps []*rangeReplica
+	if dead != nil {
+		// A peer went silent: every quiescent replica that depends on it
+		// must wake (Unquiesce puts it back in the active set).
+		n.mu.RLock()
+		for _, rr := range n.mu.replicas {
+			if !rr.r.Quiescent() || n.dependsOn(rr, self, dead) {
+				reps = append(reps, rr)
+			}
+		}
+		n.mu.RUnlock()
+	} else {
+		n.activeMu.Lock()
+		n.mu.RLock()
+		for id := range n.active {
+			// Dropped only if quiescent when looked at under activeMu: a
+			// replica that wakes later adds itself back (markActive takes
+			// activeMu after the replica cleared its quiescent flag).
+			rr := n.mu.replicas[id]
+			if rr == nil || rr.r.Quiescent() {
+				delete(n.active, id)
+				continue
+			}
 			reps = append(reps, rr)
 		}
+		n.mu.RUnlock()
+		n.activeMu.Unlock()
 	}
-	n.mu.RUnlock()
 	for _, rr := range reps {
 		rr.r.Unquiesce()
 		rr.r.Tick()
 	}
 	n.checkOracleLeadership()
+}
+
+// markActive puts rangeID in tick's working set and in the next balance
+// round. Called with the replica's lock held (replica.Config.OnWake): it
+// takes only activeMu.
+func (n *Node) markActive(rangeID uint64) {
+	n.activeMu.Lock()
+	if n.active == nil {
+		n.active, n.balanceDue = map[uint64]struct{}{}, map[uint64]struct{}{}
+	}
+	n.active[rangeID] = struct{}{}
+	n.balanceDue[rangeID] = struct{}{}
+	n.activeMu.Unlock()
 }
 
 // dependsOn reports whether rr's leader, or, if rr leads, one of its
@@ -655,10 +703,38 @@ func (n *Node) dependsOn(rr *rangeReplica, self uint64, dead map[uint64]bool) bo
 	return false
 }
 
+// BalanceSweepEvery: every this many balance rounds looks at every
+// replica; the rounds between look only at the ranges that were active
+// since the round before (a quiescent range's leadership and descriptor do
+// not change, so only a transfer refused earlier can be missed until the
+// next sweep).
+const BalanceSweepEvery = 30
+
 // balance moves leadership to each range's preferred node once that node
 // has caught up, and keeps meta records true.
 func (n *Node) balance() {
-	for _, rr := range n.replicaList() {
+	n.activeMu.Lock()
+	due := n.balanceDue
+	n.balanceDue = nil
+	if due != nil {
+		n.balanceDue = map[uint64]struct{}{}
+	}
+	n.balanceRun++
+	sweep := n.balanceRun%BalanceSweepEvery == 1
+	n.activeMu.Unlock()
+	var reps []*rangeReplica
+	if sweep {
+		reps = n.replicaList()
+	} else {
+		n.mu.RLock()
+		for id := range due {
+			if rr := n.mu.replicas[id]; rr != nil {
+				reps = append(reps, rr)
+			}
+		}
+		n.mu.RUnlock()
+	}
+	for _, rr := range reps {
 		st := rr.r.Status()
 		d := rr.sm.Desc()
 		if !st.IsLeader || d == nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/canopy-db/canopy/internal/concurrency"
 	"github.com/canopy-db/canopy/internal/eval"
@@ -57,6 +58,11 @@ type rangeSM struct {
 		loaded    bool
 		threshold uint64
 	}
+	// dataChanges counts the commands and snapshots applied here that may
+	// have changed the range's data, GC commands excepted (they only
+	// remove garbage). Version GC skips a range whose count has not moved
+	// since it was last found clean (gc.go, gcSkip).
+	dataChanges atomic.Uint64
 }
 
 // gcThreshold returns the range's GC threshold (see rangeSM.gc).
@@ -136,6 +142,9 @@ func (s *rangeSM) Apply(b *storage.Batch, index, term uint64, data []byte) (any,
 		panic(fmt.Sprintf("r%d: undecodable Raft command at index %d: %v", s.rangeID, index, err))
 	}
 	desc := s.Desc()
+	if c.Gc == nil {
+		s.dataChanges.Add(1)
+	}
 	fail := func(e *rpcpb.Error) (any, func()) {
 		return &rpcpb.BatchResponse{Error: e}, nil
 	}
@@ -334,6 +343,7 @@ func (s *rangeSM) ApplySnapshot(b *storage.Batch, data []byte) (func(), error) {
 		return nil, err
 	}
 	desc := st.Range
+	s.dataChanges.Add(1)
 	if err := mvcc.ClearSpan(b, desc.StartKey, desc.EndKey); err != nil {
 		return nil, err
 	}

@@ -112,6 +112,12 @@ type Config struct {
 	// (node liveness). A leader quiesces only if every follower is live.
 	// nil: every peer counts as live.
 	PeerLive func(nodeID uint64) bool
+	// OnWake, if not nil, is called when the replica leaves quiescence
+	// (a proposal, a read, a message, a campaign, a transfer or Unquiesce
+	// woke it), with the replica's lock held: it must not call back into
+	// the replica. The node keeps its set of replicas to tick with it, so
+	// that a tick costs nothing per quiescent replica.
+	OnWake func()
 }
 
 // EnsureDefaults fills the zero fields with their defaults.
@@ -543,8 +549,19 @@ func (r *Replica) Unquiesce() {
 		return
 	}
 	r.mu.Lock()
-	r.quiescent.Store(false)
+	r.wakeLocked()
 	r.mu.Unlock()
+}
+
+// wakeLocked ends quiescence and tells Config.OnWake. r.mu must be held.
+func (r *Replica) wakeLocked() {
+	if !r.quiescent.Load() {
+		return
+	}
+	r.quiescent.Store(false)
+	if r.cfg.OnWake != nil {
+		r.cfg.OnWake()
+	}
 }
 
 // Campaign asks the replica to start an election now.
@@ -567,7 +584,7 @@ func (r *Replica) ReportSnapshotFailure(to uint64) {
 func (r *Replica) enqueue(f func()) {
 	r.mu.Lock()
 	f()
-	r.quiescent.Store(false)
+	r.wakeLocked()
 	started := r.mu.started
 	r.mu.Unlock()
 	if started {
@@ -618,7 +635,7 @@ func (r *Replica) ProposeEvaluated(ctx context.Context, cmd []byte, term uint64,
 		return nil, err
 	}
 	r.mu.props = append(r.mu.props, p)
-	r.quiescent.Store(false)
+	r.wakeLocked()
 	started := r.mu.started
 	r.mu.Unlock()
 	if started {
