@@ -22,6 +22,16 @@ package kvserver
 //     round, under read latches. Requests still waiting are retried after
 //     every command, and their outcomes are printed when they happen.
 //     Writes take timestamps from a counter (1, 2, ...), not the oracle.
+//     A split is proposed as splitLocal proposes it, with the right hand
+//     side's range ID given by the test instead of allocated in range 1.
+//   - Messages are received as Node.receiveRaft receives them: an unknown
+//     range gets an uninitialized replica, and a snapshot that would
+//     initialize one over another replica's span is refused.
+//
+// Not modelled: the scheduler (HandleReady handles one range per round,
+// so there is no group commit across ranges), quiescence (the harness's
+// transport has no quiesce heartbeats), node liveness, the oracle, intents
+// and the lock table, restarts.
 //
 // Reading the testdata (testdata/stepped/*): each file starts with what it
 // tests. `nX/rY` is the replica of range Y on node X. A Ready is printed as
@@ -35,22 +45,30 @@ package kvserver
 // Commands (n: node IDs, r: range IDs, both default to all):
 //
 //	new-range ids=1,2,3 [election=10] [log-keep=500]   r1 over all user keys
-//	campaign n=1 [r=1]                  queue a campaign (process it to see it)
-//	transfer-leader n=1 to=2 [r=1]
+//	campaign n=1 [r=..]                 queue a campaign (process it to see it)
+//	transfer-leader n=1 to=2 [r=..]
 //	tick [n=..] [r=..] [count=1]        per tick: clock +1, Tick, handle Ready
 //	process-ready [n=..] [r=..]         one HandleReady per replica
 //	deliver [from=..] [to=..] [r=..] [type=MsgApp] [drop]
-//	stabilize [n=..] [quiet]            deliver and process until nothing moves
-//	partition n=1 | heal                messages to or from n1 are dropped
+//	stabilize [quiet]                   deliver and process until nothing moves;
+//	                                    quiet prints only the requests that
+//	                                    finished and the final state
+//	partition n=1                       messages to or from n1 are dropped
+//	cut n=1,2                           messages between n1 and n2 are dropped
+//	heal                                ends partitions and cuts
 //	propose-put n=1 key=a value=x [name=p1] [term=T] [gen=G]
 //	                                    term/gen forge the command's proposer
 //	                                    term / range generation, as if it had
 //	                                    been evaluated under an older lease
-//	get n=1 key=a [name=g1]
+//	get n=1 key=a [name=g1] [expect=x@3]  expect: the test fails on another
+//	                                    result (x@3: value x at timestamp 3)
 //	split n=1 key=m rhs=2 [name=s1]
 //	requests                            requests still in flight
-//	lease [r=..]                        each replica's view of its lease
-//	state [r=..]                        each replica's Raft state and data; I5
+//	lease [n=..] [r=..]                 each replica's view of its lease
+//	state [n=..] [r=..]                 each replica's Raft state and data; I5
+//
+// A file named known-bug-* shows a bug not fixed yet and fails; it runs
+// only with CANOPY_KNOWN_BUGS=1.
 
 import (
 	"bytes"
@@ -59,6 +77,8 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,8 +101,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// TestSteppedRange runs testdata/stepped (see the comment above).
 func TestSteppedRange(t *testing.T) {
 	datadriven.Walk(t, "testdata/stepped", func(t *testing.T, path string) {
+		if strings.HasPrefix(filepath.Base(path), "known-bug-") && os.Getenv("CANOPY_KNOWN_BUGS") == "" {
+			t.Skip("a known bug (see the file); CANOPY_KNOWN_BUGS=1 runs it")
+		}
 		env := &steppedEnv{t: t}
 		defer env.close()
 		datadriven.RunTest(t, path, env.handle)
@@ -108,8 +132,10 @@ type steppedEnv struct {
 	logKeep       uint64
 	// outbox holds the messages sent and not yet delivered, in send order.
 	outbox []steppedMsg
-	// isolated: messages to or from these nodes are dropped.
+	// isolated: messages to or from these nodes are dropped; cut: messages
+	// between these two nodes (lower ID first) are dropped.
 	isolated map[uint64]bool
+	cut      map[[2]uint64]bool
 	// requests in flight, in start order; reqSeq numbers unnamed ones.
 	requests []*steppedRequest
 	reqSeq   map[byte]int
@@ -280,8 +306,20 @@ func (e *steppedEnv) handle(t *testing.T, d *datadriven.TestData) string {
 		for _, id := range scanIDs(t, d, "n") {
 			e.isolated[id] = true
 		}
+	case "cut":
+		ids := scanIDs(t, d, "n")
+		if e.cut == nil {
+			e.cut = map[[2]uint64]bool{}
+		}
+		for _, a := range ids {
+			for _, b := range ids {
+				if a < b {
+					e.cut[[2]uint64{a, b}] = true
+				}
+			}
+		}
 	case "heal":
-		e.isolated = nil
+		e.isolated, e.cut = nil, nil
 	case "propose-put", "get", "split":
 		e.startRequest(d)
 	case "requests":
@@ -546,7 +584,7 @@ func (e *steppedEnv) deliverAll() bool {
 func (e *steppedEnv) deliverOne(sm steppedMsg, drop bool) {
 	m := sm.m
 	desc := describeMsg(m)
-	if drop || e.isolated[m.From] || e.isolated[m.To] {
+	if drop || e.isolated[m.From] || e.isolated[m.To] || e.cut[[2]uint64{min(m.From, m.To), max(m.From, m.To)}] {
 		e.event("dropped %s", desc)
 		if m.Type == raftpb.MsgSnap {
 			e.reportSnapshotFailure(sm)
@@ -643,6 +681,10 @@ type steppedRequest struct {
 	forgeTerm, forgeGen *uint64
 	splitKey            []byte
 	rhs                 uint64
+	// expect, for a get: the value it must read (a linearizable read
+	// returns the last write acknowledged before it started); pos is the
+	// command's position in the testdata, for the error.
+	expect, pos string
 
 	// waiting says what the request waits for.
 	waiting string
@@ -700,6 +742,10 @@ func (e *steppedEnv) startRequest(d *datadriven.TestData) {
 		}
 	case "get":
 		rq.kind = "get"
+		rq.pos = d.Pos
+		if d.HasArg("expect") {
+			d.ScanArgs(t, "expect", &rq.expect)
+		}
 		rq.req = &rpcpb.BatchRequest{RangeId: rq.rangeID, Requests: []*rpcpb.RequestUnion{
 			{Value: &rpcpb.RequestUnion_Get{Get: &rpcpb.GetRequest{Key: k}}}}}
 	case "split":
@@ -826,7 +872,11 @@ func (e *steppedEnv) evaluate(rq *steppedRequest, rr *rangeReplica) {
 		if rq.byLease {
 			how = "under the lease"
 		}
-		e.finish(rq, "%s (%s)", describeResp(resp), how)
+		got := describeResp(resp)
+		e.finish(rq, "%s (%s)", got, how)
+		if rq.expect != "" && got != rq.expect {
+			e.t.Errorf("%s: %s read %s, want %s", rq.pos, rq.name, got, rq.expect)
+		}
 	case "put":
 		ts := e.nextTs
 		e.nextTs++
