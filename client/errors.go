@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 )
@@ -33,6 +34,13 @@ var (
 	// ErrInternal: the server reported an internal error, or answered against
 	// the wire contract. Not retried; a bug to report.
 	ErrInternal = errors.New("canopy: internal error")
+	// ErrOutOfDisk: the leaseholder refused a write because the disk of its
+	// store is nearly full. It always comes with ErrUnavailable: nothing
+	// was written, and the write may be retried later; it succeeds once the
+	// operator frees space (the node then accepts writes by itself) or the
+	// lease moves to another node. Reads are still served. Returned at
+	// once: the sender does not spend its attempts on it.
+	ErrOutOfDisk = errors.New("canopy: out of disk")
 )
 
 // RetryReason says why a transaction must be retried.
@@ -138,6 +146,9 @@ func asKVError(err error, code rpcpb.ErrorCode) (*rpcpb.Error, bool) {
 // errorFromPB maps a server error code that is final for the sender to a
 // typed error.
 func errorFromPB(pb *rpcpb.Error) error {
+	if rpcpb.IsOutOfDisk(pb) {
+		return fmt.Errorf("%w: %w: %s", ErrUnavailable, ErrOutOfDisk, strings.TrimPrefix(pb.GetMessage(), rpcpb.OutOfDiskPrefix))
+	}
 	switch pb.GetCode() {
 	case rpcpb.ErrorCode_INVALID_ARGUMENT:
 		return fmt.Errorf("%w: %s", ErrInvalidArgument, pb.GetMessage())

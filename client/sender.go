@@ -150,6 +150,11 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 			}
 			wait = attempt > 0
 		case rpcpb.ErrorCode_UNAVAILABLE, rpcpb.ErrorCode_NOT_BOOTSTRAPPED:
+			if rpcpb.IsOutOfDisk(pbErr) {
+				// Final for this attempt loop: the leaseholder stays out of
+				// disk until an operator frees space (ErrOutOfDisk).
+				return e.desc, errorFromPB(pbErr)
+			}
 			s.cache.clearLeaseholder(rid, nodeID)
 		case rpcpb.ErrorCode_AMBIGUOUS:
 			if write {

@@ -60,6 +60,16 @@ type Config struct {
 	// ranges (default 1 minute).
 	GCInterval time.Duration
 	Storage    storage.Options
+	// StoreMinFreeBytes: below this much free space on the store's file
+	// system, the node refuses new writes (diskspace.go). 0: 1% of the
+	// file system, at least twice the memtable size, at most 1 GiB;
+	// negative: no check.
+	StoreMinFreeBytes int64
+	// DiskCheckInterval is how often the free space is read (default 1s);
+	// DiskFullLogInterval how often, at most, a low disk is logged
+	// (default 10s).
+	DiskCheckInterval   time.Duration
+	DiskFullLogInterval time.Duration
 	// RaftScheduler configures the node's Raft scheduler (workers, group
 	// commit); its Engine is the node's.
 	RaftScheduler replica.SchedulerConfig
@@ -96,6 +106,12 @@ func (c *Config) ensureDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.DiskCheckInterval == 0 {
+		c.DiskCheckInterval = DefaultDiskCheckInterval
+	}
+	if c.DiskFullLogInterval == 0 {
+		c.DiskFullLogInterval = DefaultDiskFullLogInterval
 	}
 	return nil
 }
@@ -166,6 +182,11 @@ type Node struct {
 	// handlersMu orders handlers.Add against Stop's handlers.Wait.
 	handlersMu      sync.RWMutex
 	handlersStopped bool
+	// failure is set when the store is found damaged while running
+	// (storecheck.go).
+	failure storeFailure
+	// disk watches the free space of the store's disk (diskspace.go).
+	disk *diskMonitor
 }
 
 // trackHandler is a unary interceptor counting handlers in flight.
@@ -191,11 +212,16 @@ func Start(cfg Config) (*Node, error) {
 	if err := cfg.ensureDefaults(); err != nil {
 		return nil, err
 	}
-	eng, err := storage.Open(cfg.StoreDir, cfg.Storage)
+	disk, err := newDiskMonitor(&cfg) // diskspace.go: refuses a full disk
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, eng: eng, log: cfg.Logger, stopc: make(chan struct{})}
+	eng, err := openStore(cfg.StoreDir, cfg.Storage) // storecheck.go
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, eng: eng, log: cfg.Logger, stopc: make(chan struct{}), disk: disk}
+	n.failure.init()
 	n.stopCtx, n.stopCancel = context.WithCancel(context.Background())
 	n.mu.nodes = map[uint64]string{}
 	n.mu.replicas = map[uint64]*rangeReplica{}
@@ -247,8 +273,9 @@ func Start(cfg Config) (*Node, error) {
 		grpc.UnaryInterceptor(n.trackHandler))
 	rpcpb.RegisterKVServer(n.srv, &kvService{n: n})
 	rpcpb.RegisterInternalServer(n.srv, &internalService{n: n})
-	n.wg.Add(4)
+	n.wg.Add(5)
 	go func() { defer n.wg.Done(); _ = n.srv.Serve(lis) }()
+	go n.runEvery(n.cfg.DiskCheckInterval, func() { n.disk.check(time.Now()) })
 	go n.runEvery(n.cfg.TickInterval, n.tick)
 	go n.runEvery(n.cfg.BalanceInterval, n.balance)
 	go n.runEvery(n.cfg.GCInterval, n.collectLedRanges)
@@ -549,11 +576,17 @@ func (n *Node) reportUnreachable(rangeID uint64, m *raftpb.Message) {
 // receiveRaft steps an incoming message into its replica, creating an
 // uninitialized replica for a range this node does not know yet.
 func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) error {
-	if !n.bootstrapped() || rm.ToNodeId != n.NodeID() {
+	if !n.bootstrapped() || rm.ToNodeId != n.NodeID() || n.failed() {
 		return nil
 	}
 	var m raftpb.Message
 	if err := m.Unmarshal(rm.Message); err != nil {
+		return nil
+	}
+	if n.disk.dropRaft(&m) { // diskspace.go: the disk is low
+		if m.Type == raftpb.MsgSnap {
+			return fmt.Errorf("kvserver: snapshot for r%d refused on n%d: out of disk", rm.RangeId, n.NodeID())
+		}
 		return nil
 	}
 	if (m.Type == raftpb.MsgVote || m.Type == raftpb.MsgPreVote) && time.Now().Before(n.votesFrom) {
@@ -565,6 +598,9 @@ func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) error {
 	}
 	rr := n.replica(rm.RangeId)
 	if rm.Quiesce && rr != nil {
+		if !n.checkHeartbeatCommit(rr, &m) {
+			return nil
+		}
 		rr.r.StepQuiesce(m)
 		return nil
 	}
@@ -597,6 +633,9 @@ func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) error {
 			n.log.Error("creating replica", "range", rm.RangeId, "err", err)
 			return err
 		}
+	}
+	if !n.checkHeartbeatCommit(rr, &m) { // storecheck.go: Raft would panic
+		return nil
 	}
 	rr.r.Step(m)
 	return nil

@@ -46,6 +46,9 @@ func (n *Node) batch(ctx context.Context, req *rpcpb.BatchRequest) *rpcpb.BatchR
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
 	if req.Requests[0].IsWrite() {
+		if e := n.disk.refuseWrite(req, req.RangeId, n.NodeID()); e != nil { // diskspace.go
+			return fail(e)
+		}
 		return n.withIntentWaits(ctx, rr, req, concurrency.Exclusive, n.writeOnce)
 	}
 	return n.withIntentWaits(ctx, rr, req, concurrency.Shared, n.readOnce)

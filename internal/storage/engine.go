@@ -56,6 +56,8 @@ type Engine struct {
 	// that a reader opened earlier may still follow a pointer into.
 	readers readerGate
 	gc      gcLoop
+	// corrupt records the first file Pebble reported corrupt (events.go).
+	corrupt *corruptionRecorder
 }
 
 // Open opens or creates the engine in dir.
@@ -66,12 +68,16 @@ func Open(dir string, opts Options) (*Engine, error) {
 	}
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()
+	corrupt := &corruptionRecorder{}
 	popts := &pebble.Options{
 		FS:           opts.FS,
 		Cache:        cache,
 		MemTableSize: opts.MemTableBytes,
-		Logger:       quietLogger{},
+		Logger:       newEngineLogger(opts.Fatal),
 		Merger:       merger,
+		// Corruption found by a read fails that read; it does not kill
+		// the process (events.go).
+		EventListener: &pebble.EventListener{DataCorruption: corrupt.record},
 	}
 	if opts.Mode == ModePebble {
 		popts.FormatMajorVersion = pebble.FormatNewest
@@ -88,9 +94,15 @@ func Open(dir string, opts Options) (*Engine, error) {
 	}
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
+		if pebble.IsCorruptionError(err) {
+			err = fmt.Errorf("%w: %w", ErrCorruption, err)
+		}
+		if f := corrupt.file(); f != "" {
+			err = fmt.Errorf("file %s: %w", f, err)
+		}
 		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
 	}
-	e := &Engine{db: db, opts: opts, dir: dir}
+	e := &Engine{db: db, opts: opts, dir: dir, corrupt: corrupt}
 	e.readers.init()
 	if e.blobs, err = openBlobSet(e); err != nil {
 		_ = db.Close()
@@ -388,14 +400,4 @@ func getCopy(v []byte, closer io.Closer, err error) ([]byte, error) {
 	out := append([]byte(nil), v...)
 	_ = closer.Close()
 	return out, nil
-}
-
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...interface{}) {}
-func (quietLogger) Errorf(format string, args ...interface{}) {
-	fmt.Printf("pebble: "+format+"\n", args...)
-}
-func (quietLogger) Fatalf(format string, args ...interface{}) {
-	panic(fmt.Sprintf("pebble: "+format, args...))
 }

@@ -96,6 +96,11 @@ type Options struct {
 	BlobPlacement vlog.Placement
 	// GC configures blob garbage collection.
 	GC GCOptions
+	// Fatal, if not nil, is called with Pebble's message when Pebble meets
+	// an error it cannot continue after (a failed WAL write, for one: "no
+	// space left on device"). It must not return; the command uses it to
+	// print one error line and exit. nil: panic with the message.
+	Fatal func(msg string)
 }
 
 // GCOptions configure blob garbage collection. The zero value is the default.

@@ -106,8 +106,10 @@ func needBinary(t *testing.T) {
 // restarts.
 type node struct {
 	addr, store, logPath string
-	cmd                  *exec.Cmd
-	exited               chan struct{} // closed when cmd has been waited for
+	// args are extra flags of `canopy start`, set before a start.
+	args   []string
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has been waited for
 }
 
 func (n *node) running() bool {
@@ -184,8 +186,27 @@ func newCluster(t *testing.T, n int) *cluster {
 }
 
 // start runs `canopy start` for node i with its fixed flags, appending its
-// output to its log.
+// output to its log, and waits until it listens.
 func (c *cluster) start(i int) {
+	c.t.Helper()
+	nd := c.spawn(i)
+	// Liveness: the node accepts connections. (The port was free a moment
+	// ago; on restart the killed process's listener is gone with it.)
+	c.eventually(fmt.Sprintf("node %d listening on %s", i+1, nd.addr), func() error {
+		if !nd.running() {
+			return errors.New("the process exited")
+		}
+		conn, err := net.DialTimeout("tcp", nd.addr, time.Second)
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err
+	})
+}
+
+// spawn runs `canopy start` for node i with its fixed flags and nd.args,
+// appending its output to its log; it does not wait.
+func (c *cluster) spawn(i int) *node {
 	c.t.Helper()
 	nd := c.nodes[i]
 	if nd.running() {
@@ -199,6 +220,7 @@ func (c *cluster) start(i int) {
 	fmt.Fprintf(f, "=== test: starting node %d at %s\n", i+1, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(binPath, "start", "--store", nd.store, "--listen", nd.addr,
 		"--join", strings.Join(c.addrs, ","), "--raft-tick", "50ms")
+	cmd.Args = append(cmd.Args, nd.args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {
@@ -206,18 +228,7 @@ func (c *cluster) start(i int) {
 	}
 	nd.cmd, nd.exited = cmd, make(chan struct{})
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(nd.exited)
-	// Liveness: the node accepts connections. (The port was free a moment
-	// ago; on restart the killed process's listener is gone with it.)
-	c.eventually(fmt.Sprintf("node %d listening on %s", i+1, nd.addr), func() error {
-		if !nd.running() {
-			return errors.New("the process exited")
-		}
-		conn, err := net.DialTimeout("tcp", nd.addr, time.Second)
-		if err == nil {
-			_ = conn.Close()
-		}
-		return err
-	})
+	return nd
 }
 
 // kill9 kills node i with SIGKILL and waits for the process to be gone.
