@@ -278,12 +278,18 @@ func (e *steppedEnv) handle(t *testing.T, d *datadriven.TestData) string {
 	case "new-range":
 		e.newRange(d)
 	case "campaign":
+		if !d.HasArg("n") {
+			t.Fatalf("%s: campaign needs n=", d.Pos)
+		}
 		for _, rr := range e.selectReplicas(d, "n") {
 			rr.r.Campaign()
 		}
 	case "transfer-leader":
 		var to uint64
 		d.ScanArgs(t, "to", &to)
+		if !d.HasArg("n") {
+			t.Fatalf("%s: transfer-leader needs n=", d.Pos)
+		}
 		for _, rr := range e.selectReplicas(d, "n") {
 			rr.r.TransferLeader(to)
 		}
@@ -406,6 +412,7 @@ func (e *steppedEnv) newRange(d *datadriven.TestData) {
 		t.Fatalf("%s: one range per file", d.Pos)
 	}
 	e.ids = scanIDs(t, d, "ids")
+	slices.Sort(e.ids)
 	e.electionTicks, e.logKeep = 10, 500
 	if d.HasArg("election") {
 		d.ScanArgs(t, "election", &e.electionTicks)
@@ -804,7 +811,9 @@ func (e *steppedEnv) advance(rq *steppedRequest) {
 				e.finish(rq, "refused: %s", describeErr(e.notLeaseholder(rr)))
 				return
 			}
-			if rq.kind != "get" && !st.Leaseholder {
+			// A write evaluates only on a current state (writeOnce waits
+			// for it); splitLocal asks only for leadership.
+			if rq.kind == "put" && !st.Leaseholder {
 				rq.waiting = "leaseholder (an entry of its term to apply)"
 				return
 			}
