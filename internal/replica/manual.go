@@ -100,7 +100,7 @@ func (r *Replica) ProposeNoWait(cmd []byte, term uint64, finished func(result an
 		return
 	}
 	r.mu.props = append(r.mu.props, p)
-	r.quiescent.Store(false)
+	r.wakeLocked()
 	r.mu.Unlock()
 }
 
@@ -119,7 +119,7 @@ func (r *Replica) ReadIndexNoWait() <-chan error {
 		w.done <- ErrStopped
 	} else {
 		r.mu.reads = append(r.mu.reads, w)
-		r.quiescent.Store(false)
+		r.wakeLocked()
 	}
 	r.mu.Unlock()
 	return w.done
