@@ -24,14 +24,15 @@ import (
 //   - Every DiskCheckInterval it reads the free space of the store's file
 //     system (statfs, the space available to the process). Below
 //     StoreMinFreeBytes the store is "low": the node refuses new writes
-//     (Put and PutIntent, which add data without bound) with the retryable
-//     out-of-disk error (UNAVAILABLE, message rpcpb.OutOfDiskPrefix...),
-//     and drops Raft messages that would append entries or install a
-//     snapshot on this node; the range goes on with its other replicas,
-//     and this one catches up once space returns. Reads are served as
-//     usual. Writes that let transactions already under way finish or
-//     clean up (intent resolution, status and heartbeat records, all
-//     bounded per transaction) still go through.
+//     (Put, PutIntent and CommitOnePC, which add data without bound) with
+//     the retryable out-of-disk error (UNAVAILABLE, message
+//     rpcpb.OutOfDiskPrefix...), and drops Raft messages that would append
+//     entries or install a snapshot on this node; the range goes on with
+//     its other replicas, and this one catches up once space returns.
+//     Reads are served as usual. Writes that let transactions already
+//     under way finish or clean up (intent resolution and recovery, status
+//     and heartbeat records, one-phase-commit queries: all bounded per
+//     transaction) still go through.
 //   - At or above StoreMinFreeBytes again, writes are accepted at the next
 //     check: recovery needs nobody.
 //   - While low, the node logs one line per DiskFullLogInterval (with the
@@ -182,8 +183,8 @@ func (d *diskMonitor) refuseWrite(req *rpcpb.BatchRequest, rangeID, nodeID uint6
 		return nil
 	}
 	for _, ru := range req.Requests {
-		switch ru.GetValue().(type) {
-		case *rpcpb.RequestUnion_Put, *rpcpb.RequestUnion_PutIntent:
+		switch ru.Method() {
+		case rpcpb.MethodPut, rpcpb.MethodPutIntent, rpcpb.MethodCommitOnePC:
 			d.refused.Add(1)
 			d.mu.Lock()
 			free := d.mu.free
