@@ -349,7 +349,8 @@ func (e *steppedEnv) handle(t *testing.T, d *datadriven.TestData) string {
 // by tick: a follower's election timeout is randomised by Raft (in
 // [ElectionTicks, 2*ElectionTicks)), so the tick at which it campaigns
 // varies from run to run, but what it does over 2*ElectionTicks-1 ticks
-// does not (it campaigns exactly once).
+// does not: a follower whose election clock is at zero (it just heard from
+// its leader, or became a follower) campaigns exactly once in them.
 func (e *steppedEnv) tick(d *datadriven.TestData, count int) {
 	rrs := e.selectReplicas(d, "n")
 	outs := make([]*strings.Builder, len(rrs))
