@@ -589,12 +589,6 @@ func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) error {
 		}
 		return nil
 	}
-	if n.disk.dropRaft(&m) { // diskspace.go: the disk is low
-		if m.Type == raftpb.MsgSnap {
-			return fmt.Errorf("kvserver: snapshot for r%d refused on n%d: out of disk", rm.RangeId, n.NodeID())
-		}
-		return nil
-	}
 	if (m.Type == raftpb.MsgVote || m.Type == raftpb.MsgPreVote) && time.Now().Before(n.votesFrom) {
 		// This node may have acknowledged a leader's heartbeat just before
 		// it stopped, and forgot it: a vote now could elect a new leader
@@ -639,9 +633,6 @@ func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) error {
 			n.log.Error("creating replica", "range", rm.RangeId, "err", err)
 			return err
 		}
-	}
-	if !n.checkHeartbeatCommit(rr, &m) { // storecheck.go: Raft would panic
-		return nil
 	}
 	if !n.checkHeartbeatCommit(rr, &m) { // storecheck.go: Raft would panic
 		return nil
