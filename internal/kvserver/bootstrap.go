@@ -199,9 +199,7 @@ func (n *Node) join(req *rpcpb.JoinRequest) *rpcpb.Error {
 		return pbErr(rpcpb.ErrorCode_INTERNAL, "persisting membership: %v", err)
 	}
 	n.setIdent(req)
-	if err := writeIdentFile(n.cfg.StoreDir, req); err != nil { // storecheck.go
-		n.log.Error("writing the store's identity file", "file", StoreIdentFile, "err", err)
-	}
+	n.recordIdent(req) // storecheck.go
 	for _, d := range mine {
 		rr, err := n.newReplica(d.RangeId, d)
 		if err != nil {

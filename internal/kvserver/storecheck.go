@@ -13,6 +13,7 @@ import (
 	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/storage"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -131,8 +132,13 @@ func oneLine(s string) string {
 
 // openStore opens the engine, turning the errors of a damaged store into a
 // *StoreDamagedError, and checks the store (checkStore).
+//
+// The files Canopy keeps beside Pebble's (StoreIdentFile, StoreDamagedFile)
+// are on the operating system's file system; a store on another vfs.FS (an
+// in-memory one in tests) goes without them.
 func openStore(dir string, opts storage.Options) (*storage.Engine, error) {
-	if b, err := os.ReadFile(filepath.Join(dir, StoreDamagedFile)); err == nil {
+	osFiles := opts.FS == nil || opts.FS == vfs.Default
+	if b, err := os.ReadFile(filepath.Join(dir, StoreDamagedFile)); osFiles && err == nil {
 		return nil, &StoreDamagedError{Dir: dir, File: filepath.Join(dir, StoreDamagedFile),
 			Problem: "it was found damaged while the node ran: " + strings.TrimSpace(string(b))}
 	}
@@ -143,7 +149,7 @@ func openStore(dir string, opts storage.Options) (*storage.Engine, error) {
 		}
 		return nil, err
 	}
-	if err := checkStore(dir, eng); err != nil {
+	if err := checkStore(dir, eng, osFiles); err != nil {
 		_ = eng.Close()
 		return nil, err
 	}
@@ -160,7 +166,7 @@ func isPebbleOpenDamage(err error) bool {
 }
 
 // checkStore checks a freshly opened store (step 1 of the comment above).
-func checkStore(dir string, eng *storage.Engine) error {
+func checkStore(dir string, eng *storage.Engine, osFiles bool) error {
 	damaged := func(problem string, err error) error {
 		return &StoreDamagedError{Dir: dir, File: eng.CorruptFile(), Problem: problem, Err: err}
 	}
@@ -179,6 +185,7 @@ func checkStore(dir string, eng *storage.Engine) error {
 	identPath := filepath.Join(dir, StoreIdentFile)
 	want, err := os.ReadFile(identPath)
 	switch {
+	case !osFiles:
 	case err == nil && ident == nil:
 		return &StoreDamagedError{Dir: dir, File: identPath,
 			Problem: fmt.Sprintf("its node identity (%s) is missing from its data: files were lost (Pebble's WAL?)", strings.TrimSpace(string(want)))}
@@ -216,6 +223,18 @@ func identLine(ident *rpcpb.JoinRequest) string {
 		return "no identity"
 	}
 	return fmt.Sprintf("cluster %s node n%d", ident.Settings.GetClusterId(), ident.NodeId)
+}
+
+// recordIdent writes StoreIdentFile for the identity the node just
+// joined with. A failure is logged, not returned: the file only sharpens
+// later checks, and the next start writes it.
+func (n *Node) recordIdent(ident *rpcpb.JoinRequest) {
+	if fs := n.cfg.Storage.FS; fs != nil && fs != vfs.Default {
+		return
+	}
+	if err := writeIdentFile(n.cfg.StoreDir, ident); err != nil {
+		n.log.Error("writing the store's identity file", "file", StoreIdentFile, "err", err)
+	}
 }
 
 // writeIdentFile writes StoreIdentFile atomically (temporary file, sync,
