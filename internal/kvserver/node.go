@@ -166,8 +166,8 @@ type Node struct {
 	balanceRun int
 	// gcState: what version GC rounds remember per range (gc.go), under
 	// gcMu, held for a whole round.
-	gcMu    sync.Mutex
-	gcState map[uint64]gcRangeState
+	gcMu        sync.Mutex
+	gcState     map[uint64]gcRangeState
 	bootstrapMu sync.Mutex
 	stopc       chan struct{}
 	// stopCtx ends when the node stops (stopCancel, called by Stop): work
@@ -489,6 +489,12 @@ func (n *Node) loadRanges() error {
 // join and splits commit it before publishing the range, so it is never
 // left without the descriptor it has on disk.
 func (n *Node) newReplica(rangeID uint64, desc *rpcpb.RangeDescriptor) (*rangeReplica, error) {
+	return n.newReplicaRefusingVotes(rangeID, desc, time.Time{})
+}
+
+// newReplicaRefusingVotes is newReplica for a replica that drops vote
+// requests until refuseVotesUntil (replica.Config.RefuseVotesUntil).
+func (n *Node) newReplicaRefusingVotes(rangeID uint64, desc *rpcpb.RangeDescriptor, refuseVotesUntil time.Time) (*rangeReplica, error) {
 	if desc == nil {
 		var err error
 		if desc, err = loadDesc(n.eng, rangeID); err != nil {
@@ -498,17 +504,18 @@ func (n *Node) newReplica(rangeID uint64, desc *rpcpb.RangeDescriptor) (*rangeRe
 	sm := &rangeSM{n: n, rangeID: rangeID}
 	sm.setDesc(desc)
 	r, err := replica.New(replica.Config{
-		RangeID:       rangeID,
-		NodeID:        n.NodeID(),
-		Engine:        n.eng,
-		SM:            sm,
-		Transport:     n.transport,
-		Scheduler:     n.sched,
-		ElectionTicks: n.cfg.ElectionTicks,
-		TickInterval:  n.cfg.TickInterval,
-		Logger:        n.log,
-		PeerLive:      n.liveness.isLive,
-		OnWake:        func() { n.markActive(rangeID) },
+		RangeID:          rangeID,
+		NodeID:           n.NodeID(),
+		Engine:           n.eng,
+		SM:               sm,
+		Transport:        n.transport,
+		Scheduler:        n.sched,
+		ElectionTicks:    n.cfg.ElectionTicks,
+		TickInterval:     n.cfg.TickInterval,
+		Logger:           n.log,
+		PeerLive:         n.liveness.isLive,
+		OnWake:           func() { n.markActive(rangeID) },
+		RefuseVotesUntil: refuseVotesUntil,
 	})
 	if err != nil {
 		return nil, err
@@ -544,7 +551,13 @@ func (n *Node) startRange(d *rpcpb.RangeDescriptor) {
 		// only for the old replica's critical section, never for a round.
 		old.r.Stop()
 	}
-	rr, err := n.newReplica(d.RangeId, d)
+	var refuseVotesUntil time.Time
+	if old != nil {
+		// The replica replaced may have acknowledged a leader's heartbeat
+		// (counted towards its lease); the new one has forgotten it.
+		refuseVotesUntil = time.Now().Add(n.leaseDuration())
+	}
+	rr, err := n.newReplicaRefusingVotes(d.RangeId, d, refuseVotesUntil)
 	if err != nil {
 		n.log.Error("starting range", "range", d.RangeId, "err", err)
 		return

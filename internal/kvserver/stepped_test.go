@@ -171,10 +171,16 @@ func (n *steppedNode) startRange(d *rpcpb.RangeDescriptor) {
 	if old != nil && old.sm.Desc() != nil {
 		return
 	}
+	var refuseVotesUntil time.Time
 	if old != nil {
 		old.r.Stop()
+		// As Node.startRange: the replaced replica may have acknowledged a
+		// leader's heartbeat.
+		c := replica.Config{ElectionTicks: n.env.electionTicks, TickInterval: steppedTick}
+		c.EnsureDefaults()
+		refuseVotesUntil = n.env.now.Add(c.LeaseDuration())
 	}
-	n.newReplica(d.RangeId, d)
+	n.newReplicaRefusingVotes(d.RangeId, d, refuseVotesUntil)
 	n.env.event("n%d/r%d created by the split", n.id, d.RangeId)
 }
 
@@ -187,6 +193,10 @@ func (n *steppedNode) Send(rangeID uint64, msgs []raftpb.Message) {
 }
 
 func (n *steppedNode) newReplica(rangeID uint64, desc *rpcpb.RangeDescriptor) *rangeReplica {
+	return n.newReplicaRefusingVotes(rangeID, desc, time.Time{})
+}
+
+func (n *steppedNode) newReplicaRefusingVotes(rangeID uint64, desc *rpcpb.RangeDescriptor, refuseVotesUntil time.Time) *rangeReplica {
 	t := n.env.t
 	if desc == nil {
 		var err error
@@ -198,16 +208,17 @@ func (n *steppedNode) newReplica(rangeID uint64, desc *rpcpb.RangeDescriptor) *r
 	sm.setDesc(desc)
 	rr := &rangeReplica{sm: sm, latches: concurrency.NewLatchManager()}
 	r, err := replica.New(replica.Config{
-		RangeID:        rangeID,
-		NodeID:         n.id,
-		Engine:         n.eng,
-		SM:             &steppedSM{rangeSM: sm, env: n.env},
-		Transport:      n,
-		ElectionTicks:  n.env.electionTicks,
-		LogEntriesKeep: n.env.logKeep,
-		TickInterval:   steppedTick,
-		Now:            func() time.Time { return n.env.now },
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		RangeID:          rangeID,
+		NodeID:           n.id,
+		Engine:           n.eng,
+		SM:               &steppedSM{rangeSM: sm, env: n.env},
+		Transport:        n,
+		ElectionTicks:    n.env.electionTicks,
+		LogEntriesKeep:   n.env.logKeep,
+		TickInterval:     steppedTick,
+		Now:              func() time.Time { return n.env.now },
+		RefuseVotesUntil: refuseVotesUntil,
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

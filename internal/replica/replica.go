@@ -118,6 +118,14 @@ type Config struct {
 	// the replica. The node keeps its set of replicas to tick with it, so
 	// that a tick costs nothing per quiescent replica.
 	OnWake func()
+	// RefuseVotesUntil: before this time (by Now) the replica drops vote
+	// and pre-vote requests. A replica that replaces another of the same
+	// range on this node (a placeholder replaced when the split creating
+	// its range applies) is given a lease duration: its predecessor may
+	// have acknowledged a leader's heartbeat, and a leader's lease rests
+	// on the acknowledging followers not voting for another leader
+	// meanwhile (see leaderLease). A restarted node guards the same way.
+	RefuseVotesUntil time.Time
 }
 
 // EnsureDefaults fills the zero fields with their defaults.
@@ -484,6 +492,11 @@ func (r *Replica) Status() Status { return *r.status.Load() }
 // Step hands an incoming Raft message to the replica. It unquiesces the
 // replica.
 func (r *Replica) Step(m raftpb.Message) {
+	if (m.Type == raftpb.MsgVote || m.Type == raftpb.MsgPreVote) && !r.cfg.RefuseVotesUntil.IsZero() &&
+		r.cfg.Now().Before(r.cfg.RefuseVotesUntil) {
+		// The candidate retries after its election timeout.
+		return
+	}
 	r.enqueue(func() { r.mu.msgs = append(r.mu.msgs, m) })
 }
 
