@@ -45,8 +45,10 @@ type fakeCluster struct {
 		versions    map[string][]fakeVersion
 		intents     map[string]fakeIntent
 		plain       map[string][]byte
-		clock       uint64
-		settings    *rpcpb.ClusterSettings
+		// refused: key -> start timestamps a RecoverIntent refused there.
+		refused  map[string]map[uint64]bool
+		clock    uint64
+		settings *rpcpb.ClusterSettings
 
 		// counters
 		tsCounts []uint32                // count of each Timestamps RPC
@@ -587,6 +589,9 @@ func (c *fakeCluster) evalOneLocked(r *rpcpb.RequestUnion) (*rpcpb.ResponseUnion
 	case *rpcpb.RequestUnion_PutIntent:
 		p := v.PutIntent
 		k := string(p.Key)
+		if c.mu.refused[k][p.Txn.StartTs] {
+			return nil, &rpcpb.Error{Code: rpcpb.ErrorCode_WRITE_CONFLICT, Message: "fake: refused by recovery"}
+		}
 		if ts := c.latestTsLocked(k); ts > p.Txn.StartTs {
 			return nil, &rpcpb.Error{Code: rpcpb.ErrorCode_WRITE_CONFLICT, ExistingTs: ts}
 		}
@@ -603,6 +608,9 @@ func (c *fakeCluster) evalOneLocked(r *rpcpb.RequestUnion) (*rpcpb.ResponseUnion
 				c.addVersionLocked(k, fakeVersion{ts: p.CommitTs, value: in.value, del: in.del})
 			}
 			delete(c.mu.intents, k)
+		}
+		if p.CommitTs == 0 {
+			delete(c.mu.refused[k], p.TxnStart)
 		}
 		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_ResolveIntent{ResolveIntent: &rpcpb.ResolveIntentResponse{}}}, nil
 	case *rpcpb.RequestUnion_Put:
@@ -649,6 +657,21 @@ func (c *fakeCluster) evalOneLocked(r *rpcpb.RequestUnion) (*rpcpb.ResponseUnion
 		in, ok := c.mu.intents[string(q.Key)]
 		found := ok && in.txn.StartTs == q.TxnStart && rpcpb.IntentValueHash(in.value, in.del) == q.ValueHash
 		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_QueryIntent{QueryIntent: &rpcpb.QueryIntentResponse{Found: found}}}, nil
+	case *rpcpb.RequestUnion_RecoverIntent:
+		q := v.RecoverIntent
+		k := string(q.Key)
+		in, ok := c.mu.intents[k]
+		found := ok && in.txn.StartTs == q.TxnStart && rpcpb.IntentValueHash(in.value, in.del) == q.ValueHash
+		if !found {
+			if c.mu.refused == nil {
+				c.mu.refused = map[string]map[uint64]bool{}
+			}
+			if c.mu.refused[k] == nil {
+				c.mu.refused[k] = map[uint64]bool{}
+			}
+			c.mu.refused[k][q.TxnStart] = true
+		}
+		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_RecoverIntent{RecoverIntent: &rpcpb.RecoverIntentResponse{Found: found}}}, nil
 	case *rpcpb.RequestUnion_PlainGet:
 		val, ok := c.mu.plain[string(v.PlainGet.Key)]
 		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_PlainGet{PlainGet: &rpcpb.PlainGetResponse{Found: ok, Value: val}}}, nil
@@ -693,6 +716,8 @@ func typeName(r *rpcpb.RequestUnion) string {
 		return "PlainPut"
 	case *rpcpb.RequestUnion_QueryIntent:
 		return "QueryIntent"
+	case *rpcpb.RequestUnion_RecoverIntent:
+		return "RecoverIntent"
 	}
 	return "?"
 }

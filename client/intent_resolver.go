@@ -186,11 +186,9 @@ func (db *DB) awaitDecision(ctx context.Context, ft *foreignTxn, w waiter) (deci
 			}
 		}
 		if expired {
-			d, err := db.abortTxn(ctx, ft.startTs)
-			if err == nil && d.aborted() {
-				db.stats.abortedOthers.add(1)
-			}
-			return d, err
+			// Fence a STAGING record out, or recover the transaction if
+			// one is there (recovery.go).
+			return db.abortOrRecover(ctx, ft.startTs)
 		}
 		if waited >= budget {
 			return decision{}, &RetryableError{Reason: ReasonIntentPending, Key: ft.keys[0], Ts: ft.startTs,
@@ -239,6 +237,10 @@ type resolveTask struct {
 	// heartbeatDone is closed when the heartbeat goroutine has exited, so
 	// that no refresh in flight can recreate the record after its deletion.
 	heartbeatDone <-chan struct{}
+	// staged: the transaction committed in parallel (implicitly); its
+	// COMMITTED status must be recorded before any intent is resolved
+	// (recovery reads a resolved intent as missing).
+	staged bool
 }
 
 // intentResolver cleans up after this client's decided transactions with
@@ -315,6 +317,7 @@ func (r *intentResolver) process(batch []resolveTask) {
 	db := r.db
 	ctx, cancel := context.WithTimeout(db.ctx, db.opts.AbortTimeout)
 	defer cancel()
+	batch = r.recordStaged(ctx, batch)
 	var reqs []*rpcpb.RequestUnion
 	for _, t := range batch {
 		for _, k := range t.keys {
@@ -347,6 +350,58 @@ func (r *intentResolver) process(batch []resolveTask) {
 			db.opts.Logger.Warn("canopy client: heartbeat record deletion failed", "start_ts", t.startTs, "err", err)
 		}
 	}
+}
+
+// recordStaged writes COMMITTED for the implicitly committed transactions
+// of batch (put-unless-exists, one batched request), and returns the tasks
+// whose intents may now be resolved: the others, and those whose status is
+// recorded. A staged task whose status write fails is left to readers'
+// recovery, intents and all.
+func (r *intentResolver) recordStaged(ctx context.Context, batch []resolveTask) []resolveTask {
+	db := r.db
+	var staged []resolveTask
+	var reqs []*rpcpb.RequestUnion
+	out := batch[:0:0]
+	for _, t := range batch {
+		if !t.staged {
+			out = append(out, t)
+			continue
+		}
+		v, err := db.statusValue(t.startTs, t.commitTs)
+		if err != nil {
+			db.opts.Logger.Warn("canopy client: status of a staged commit does not encode", "start_ts", t.startTs, "err", err)
+			continue
+		}
+		staged = append(staged, t)
+		reqs = append(reqs, &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainPutUnlessExists{
+			PlainPutUnlessExists: &rpcpb.PlainPutUnlessExistsRequest{Key: db.statusKey(t.startTs), Value: v}}})
+	}
+	if len(staged) == 0 {
+		return out
+	}
+	resps, err := db.sender.sendPoints(ctx, true, reqs)
+	if err != nil {
+		if db.ctx.Err() == nil {
+			db.opts.Logger.Warn("canopy client: recording staged commits failed; readers will recover them",
+				"transactions", len(staged), "err", err)
+		}
+		db.stats.resolveDropped.add(int64(len(staged)))
+		return out
+	}
+	for i, t := range staged {
+		p := resps[i].GetPlainPutUnlessExists()
+		v := reqs[i].GetPlainPutUnlessExists().GetValue()
+		if p == nil || !(p.GetSucceeded() || string(p.GetExisting()) == string(v)) {
+			// Only recovery writes another value, and for an implicitly
+			// committed transaction it writes the same COMMITTED.
+			db.opts.Logger.Error("canopy client: a staged commit's status holds another value",
+				"start_ts", t.startTs, "commit_ts", t.commitTs, "existing", p.GetExisting())
+			continue
+		}
+		db.statuses.put(t.startTs, t.commitTs)
+		out = append(out, t)
+	}
+	return out
 }
 
 // close stops accepting tasks and waits up to drainMax for the queue to

@@ -43,13 +43,18 @@ type Stats struct {
 	// OnePCCommits counts transactions committed by one CommitOnePC
 	// request (one-phase commit).
 	OnePCCommits int64
+	// ParallelCommits counts transactions acknowledged as implicitly
+	// committed (STAGING record and proofs in parallel); Recovered the
+	// STAGING transactions this client settled as a reader.
+	ParallelCommits int64
+	Recovered       int64
 }
 
 type stats struct {
 	commits, aborts, retries, ambiguous, ambiguousResolved countingInt
 	abortedOthers, intentsResolved, resolveDropped         countingInt
 	pipelinedWrites, pipelineStalls, pipelinedWritesFailed countingInt
-	onePCCommits                                           countingInt
+	onePCCommits, parallelCommits, recovered               countingInt
 }
 
 // Stats returns a snapshot of the counters.
@@ -69,5 +74,7 @@ func (db *DB) Stats() Stats {
 		PipelineStalls:        db.stats.pipelineStalls.load(),
 		PipelinedWritesFailed: db.stats.pipelinedWritesFailed.load(),
 		OnePCCommits:          db.stats.onePCCommits.load(),
+		ParallelCommits:       db.stats.parallelCommits.load(),
+		Recovered:             db.stats.recovered.load(),
 	}
 }

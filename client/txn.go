@@ -113,7 +113,9 @@ func (t *Txn) buildStack() {
 	l = newSpanRefresher(l, t.opts.Isolation == Serializable, db.opts.ReadSpansMax)
 	l = &txnCommitter{next: l, startTs: t.startTs, abortTimeout: db.opts.AbortTimeout, logger: db.opts.Logger, stats: &db.stats}
 	pipelining := t.opts.Pipelining.on(db.opts.Pipelining.on(pipeliningDefault))
-	l = newPipeliner(l, pipelining, int64(db.opts.PipelinedBytesMax), &db.stats)
+	pl := newPipeliner(l, pipelining, int64(db.opts.PipelinedBytesMax), &db.stats)
+	pl.parallelCommits = pipelining && t.opts.ParallelCommits.on(db.opts.ParallelCommits.on(true))
+	l = pl
 	l = &txnSeqNumAllocator{next: l}
 	t.hb = newHeartbeater(l, heartbeatConfig{
 		startTs: t.startTs, ttl: db.opts.HeartbeatTTL, lifetimeMax: db.opts.TxnLifetimeMax,
@@ -356,6 +358,23 @@ func (t *Txn) finish(ctx context.Context, d decision) {
 		return
 	}
 	task := resolveTask{startTs: t.startTs, commitTs: d.commitTs, keys: ks, heartbeatDone: done}
+	if written {
+		task.heartbeatKey = t.heartbeatKey
+	}
+	t.db.resolver.enqueue(ctx, task)
+}
+
+// finishStaged is finish for an implicit commit (parallel commits): the
+// COMMITTED status is not recorded yet, so it is not cached here, and the
+// cleanup task records it before it resolves any intent (recordStaged).
+func (t *Txn) finishStaged(ctx context.Context, commitTs uint64) {
+	t.mu.Lock()
+	t.mu.state = txnCommitted
+	ks := t.mu.writeKeys
+	t.mu.Unlock()
+	t.db.stats.commits.add(1)
+	written, done := t.hb.stop()
+	task := resolveTask{startTs: t.startTs, commitTs: commitTs, keys: ks, heartbeatDone: done, staged: true}
 	if written {
 		task.heartbeatKey = t.heartbeatKey
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/canopy-db/canopy/internal/txnstatus"
@@ -42,6 +43,9 @@ func (t *Txn) Commit(ctx context.Context) error {
 	}
 	resp, err := t.stack.send(ctx, &txnReq{op: opCommit})
 	switch {
+	case err == nil && resp.implicit:
+		t.finishStaged(ctx, resp.ts)
+		return nil
 	case err == nil:
 		t.finish(ctx, decision{commitTs: resp.ts})
 		return nil
@@ -72,6 +76,13 @@ func (t *Txn) Commit(ctx context.Context) error {
 //     the commit point. Success: committed. An existing value decides
 //     instead (it can only be "aborted", written by a reader after our
 //     heartbeat expired).
+//     With parallel commits (the pipeliner hands the in-flight writes down
+//     in proofs), instead: put-unless-exists of a STAGING record
+//     (opPutStaging) in parallel with the proofs (opProve); both done:
+//     implicitly committed, answered at once (implicit; Txn records
+//     COMMITTED before any intent is resolved). A FENCE found: the
+//     ordinary commit point after the proofs. Anything else: recovery of
+//     our own record (opRecover), never a blind abort.
 //  4. If the put's outcome is unknown: read the status (opGetStatus).
 //     Present: it decides. Absent: put-unless-exists(aborted), whose
 //     outcome (or the value it finds) decides. Only if these fail too is
@@ -96,19 +107,18 @@ type txnCommitter struct {
 	logger       *slog.Logger
 	stats        *stats
 	// onePCKey is the first key of the one-phase commit sent, nil if none.
-	// Set and read only on opCommitOnePC and opAbort, which Txn sends
-	// alone.
+	// stagedTs and staged are the commit timestamp and writes of the
+	// STAGING record we may have written (0, nil: none). Set and read
+	// only on opCommit, opCommitOnePC and opAbort, which Txn sends alone.
 	onePCKey []byte
+	stagedTs uint64
+	staged   []inFlightWrite
 }
 
 func (c *txnCommitter) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 	switch r.op {
 	case opCommit:
-		ts, err := c.commit(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return &txnResp{ts: ts}, nil
+		return c.commit(ctx, r.proofs)
 	case opCommitOnePC:
 		c.onePCKey = r.writes[0].Key
 		resp, err := c.next.send(ctx, &txnReq{op: opOnePC, writes: r.writes})
@@ -132,6 +142,15 @@ func (c *txnCommitter) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 		}
 		return &txnResp{ts: d.commitTs}, nil
 	case opAbort:
+		if c.stagedTs != 0 {
+			// Our STAGING record may be there: only recovery may decide
+			// (an implicit commit must not be overwritten by ABORTED).
+			d, err := c.recoverOwn(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return &txnResp{d: d}, nil
+		}
 		if c.onePCKey != nil {
 			d, err := c.settleOnePC(ctx, fmt.Errorf("%w: rollback after an unknown outcome", ErrAmbiguous))
 			if err != nil {
@@ -151,15 +170,119 @@ func (c *txnCommitter) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 	return c.next.send(ctx, r)
 }
 
-func (c *txnCommitter) commit(ctx context.Context) (uint64, error) {
+func (c *txnCommitter) commit(ctx context.Context, inFlight []inFlightWrite) (*txnResp, error) {
 	tr, err := c.next.send(ctx, &txnReq{op: opTimestamp})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	commitTs := tr.ts
 	if _, err := c.next.send(ctx, &txnReq{op: opRefresh, ts: commitTs}); err != nil {
-		return 0, err
+		return nil, err
 	}
+	if len(inFlight) > 0 {
+		return c.parallelCommit(ctx, commitTs, inFlight)
+	}
+	ts, err := c.putCommitted(ctx, commitTs)
+	if err != nil {
+		return nil, err
+	}
+	return &txnResp{ts: ts}, nil
+}
+
+// parallelCommit writes the STAGING record and proves the in-flight writes
+// at once. Both succeed: implicitly committed (the caller records
+// COMMITTED before resolving anything). The STAGING put found a FENCE: a
+// reader is aborting us and no STAGING record of ours exists, so the
+// ordinary commit point decides, once the proofs are in. Anything else:
+// the record may be there, so recovery decides (never a blind abort).
+func (c *txnCommitter) parallelCommit(ctx context.Context, commitTs uint64, ws []inFlightWrite) (*txnResp, error) {
+	c.stagedTs, c.staged = commitTs, ws
+	var wg sync.WaitGroup
+	var sr *txnResp
+	var serr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sr, serr = c.next.send(ctx, &txnReq{op: opPutStaging, ts: commitTs, proofs: ws})
+	}()
+	pr, perr := c.next.send(ctx, &txnReq{op: opProve, proofs: ws})
+	wg.Wait()
+	proven := perr == nil && len(pr.proven) == len(ws)
+	for i := 0; proven && i < len(ws); i++ {
+		proven = pr.proven[i]
+	}
+	switch {
+	case errors.Is(serr, errBadStatus):
+		return nil, serr
+	case serr == nil && sr.won && proven:
+		c.stats.parallelCommits.add(1)
+		return &txnResp{ts: commitTs, implicit: true}, nil
+	case serr == nil && sr.fenced:
+		c.stagedTs, c.staged = 0, nil
+		if perr != nil {
+			return nil, perr
+		}
+		if !proven {
+			return nil, c.missingWrite(ws, pr.proven)
+		}
+		ts, err := c.putCommitted(ctx, commitTs)
+		if err != nil {
+			return nil, err
+		}
+		return &txnResp{ts: ts}, nil
+	}
+	d, err := c.recoverOwn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if d.aborted() {
+		if perr == nil && !proven {
+			return nil, c.missingWrite(ws, pr.proven)
+		}
+		return nil, &RetryableError{Reason: ReasonAborted, Ts: c.startTs,
+			Msg: "parallel commit failed; recovery settled the transaction as aborted"}
+	}
+	return &txnResp{ts: d.commitTs}, nil
+}
+
+// missingWrite is the error of a parallel commit whose proofs found a
+// write missing.
+func (c *txnCommitter) missingWrite(ws []inFlightWrite, proven []bool) error {
+	var missing []inFlightWrite
+	for i, w := range ws {
+		if i < len(proven) && !proven[i] {
+			missing = append(missing, w)
+		}
+	}
+	c.stats.pipelinedWritesFailed.add(int64(len(missing)))
+	if len(missing) == 0 {
+		return &RetryableError{Reason: ReasonPipelinedWriteFailed, Ts: c.startTs, Msg: "a proof found a write missing"}
+	}
+	return &RetryableError{Reason: ReasonPipelinedWriteFailed, Key: missing[0].key,
+		Msg: fmt.Sprintf("%d of %d proofs found no intent (the first: the transaction's write %d): the replication failed", len(missing), len(ws), missing[0].seq)}
+}
+
+// recoverOwn settles our own parallel commit by recovery (recovery.go),
+// on a context of its own: the caller's may be what ended the commit.
+// Failure: ErrAmbiguous, since the STAGING record may be there with every
+// write in place.
+func (c *txnCommitter) recoverOwn(ctx context.Context) (decision, error) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.abortTimeout)
+	defer cancel()
+	rr, err := c.next.send(lctx, &txnReq{op: opRecover, ts: c.stagedTs, proofs: c.staged})
+	if errors.Is(err, errBadStatus) {
+		return decision{}, err
+	}
+	if err != nil {
+		return decision{}, fmt.Errorf("%w: parallel commit of transaction %d: recovery failed: %w", ErrAmbiguous, c.startTs, err)
+	}
+	c.stats.ambiguousResolved.add(1)
+	return rr.d, nil
+}
+
+// putCommitted is the ordinary commit point: put-unless-exists of
+// COMMITTED at commitTs, with the lookup after an unknown outcome.
+func (c *txnCommitter) putCommitted(ctx context.Context, commitTs uint64) (uint64, error) {
 	pr, err := c.next.send(ctx, &txnReq{op: opPutStatus, ts: commitTs})
 	if errors.Is(err, errBadStatus) {
 		// Our value does not encode, or the put found a record that does

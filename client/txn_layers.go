@@ -83,9 +83,14 @@ const (
 	opCommitOnePC // Txn: commit with these writes, in one proposal if they fit one range
 	opOnePC       // the committer: the CommitOnePC request (writes; spans from the refresher)
 	opQueryOnePC  // the committer: settle a lost CommitOnePC reply (key: the first write)
+	// Parallel commits (txn_commit.go, recovery.go).
+	opPutStaging // the committer: put-unless-exists of STAGING (ts; proofs: the writes)
+	opRecover    // the committer: recover our own STAGING record (ts; proofs: the writes)
+	// Recovery (recovery.go) to dbRecovery: RecoverIntent of each write.
+	opRecoverIntents
 )
 
-var opNames = [...]string{"?", "get", "scan", "write", "commit", "abort", "prove", "timestamp", "refresh", "put-status", "get-status", "commit-1pc", "1pc", "query-1pc"}
+var opNames = [...]string{"?", "get", "scan", "write", "commit", "abort", "prove", "timestamp", "refresh", "put-status", "get-status", "commit-1pc", "1pc", "query-1pc", "put-staging", "recover", "recover-intents"}
 
 func (o txnOp) String() string {
 	if int(o) < len(opNames) {
@@ -108,7 +113,8 @@ type txnReq struct {
 	seq uint64
 	// async: write, set by the pipeliner: send with async consensus.
 	async bool
-	// proofs: prove.
+	// proofs: prove; commit (with parallel commits: the writes in flight,
+	// set by the pipeliner); put-staging and recover (the staged writes).
 	proofs []inFlightWrite
 	// spans: refresh, set by the refresher.
 	spans []*rpcpb.Span
@@ -143,7 +149,12 @@ func (r *txnReq) String() string {
 		if r.async {
 			b.WriteString(" async")
 		}
-	case opProve:
+	case opProve, opCommit, opRecoverIntents:
+		for _, p := range r.proofs {
+			fmt.Fprintf(&b, " %s", p)
+		}
+	case opPutStaging, opRecover:
+		fmt.Fprintf(&b, " at %d", r.ts)
 		for _, p := range r.proofs {
 			fmt.Fprintf(&b, " %s", p)
 		}
@@ -203,6 +214,11 @@ type txnResp struct {
 	// query-1pc: found (committed at ts), or prevented (never applies),
 	// or neither (settled, unknown).
 	prevented bool
+	// implicit: commit: committed in parallel, its COMMITTED status not
+	// yet recorded (the caller records it before resolving any intent).
+	implicit bool
+	// fenced: put-staging found a reader's FENCE (won is false).
+	fenced bool
 }
 
 // printable returns k with its bytes outside printable ASCII escaped as

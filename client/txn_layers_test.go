@@ -26,18 +26,22 @@ import (
 //
 //	new <layer> [args]   the layer under test: heartbeater [age=<dur>],
 //	                     sequencer, pipeliner [pipelining=off]
-//	                     [budget=<bytes>], committer, refresher
-//	                     [iso=snapshot] [max=<n>]
+//	                     [budget=<bytes>] [parallel], committer,
+//	                     refresher [iso=snapshot] [max=<n>], recovery
+//	                     commit=<ts> writes=k,k
 //	script               each input line queues one reply of the fake
 //	                     lower layer: <op> [key=<k>] [err=<kind>]
 //	                     [value=<v>] [kvs=k:v,...] [ts=<n>] [lost]
-//	                     [found] [d=aborted|committed:<n>]
-//	                     [missing=k,...] [hold=<name>]; a reply answers
+//	                     [found] [prevented] [fenced]
+//	                     [d=aborted|committed:<n>]
+//	                     [missing=k,...] [hold=<name>] [name=<n>]
+//	                     [after=<n>]; a reply answers
 //	                     the first later request of that op (and key);
 //	                     unscripted requests get defaults (success, found
 //	                     nothing, timestamps 110, 111, ...)
 //	get k=, scan start= end= [limit=], put k= v= [seq=], delete k=
-//	[seq=], commit, abort, refresh ts=, commit-1pc w=k:v,k:<delete>,...
+//	[seq=], commit [inflight=k,k], abort, refresh ts=, recover,
+//	commit-1pc w=k:v,k:<delete>,...
 //	                     send one request to the layer and wait
 //	go <request>         send it on another goroutine; return once it
 //	                     finished or waits on a held reply
@@ -68,12 +72,19 @@ func (l *stepLog) add(format string, args ...any) {
 	l.lines = append(l.lines, fmt.Sprintf(format, args...))
 }
 
-// take returns the lines added since the last take.
+// take returns the lines added since the last take. The committer sends
+// its STAGING put and its proofs at once, from two goroutines, so their
+// two lines may come in either order; they are printed put-staging first.
 func (l *stepLog) take() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := l.lines
 	l.lines = nil
+	for i := 0; i+1 < len(out); i++ {
+		if strings.HasPrefix(out[i], "-> prove") && strings.HasPrefix(out[i+1], "-> put-staging") {
+			out[i], out[i+1] = out[i+1], out[i]
+		}
+	}
 	return out
 }
 
@@ -88,6 +99,12 @@ type scriptedReply struct {
 	// hold, if not nil: the answer waits until it is closed.
 	hold     chan struct{}
 	holdName string
+	// name (unique in a file): other replies may wait for this one
+	// (after); after: the
+	// answer waits until the reply with that name was answered. Unlike
+	// hold, the command needs no release: the order of the answers of one
+	// command's concurrent requests is fixed, and its output too.
+	name, after string
 }
 
 // scriptedLower is the fake lower layer of the step tests: it logs every
@@ -102,7 +119,25 @@ type scriptedLower struct {
 		sync.Mutex
 		replies []*scriptedReply
 		nextTs  uint64
+		// done: per reply name, closed once that reply was answered.
+		done map[string]chan struct{}
 	}
+}
+
+// answered returns the channel closed once the reply named name is
+// answered.
+func (l *scriptedLower) answered(name string) chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.done == nil {
+		l.mu.done = map[string]chan struct{}{}
+	}
+	c, ok := l.mu.done[name]
+	if !ok {
+		c = make(chan struct{})
+		l.mu.done[name] = c
+	}
+	return c
 }
 
 func newScriptedLower(log *stepLog) *scriptedLower {
@@ -116,7 +151,7 @@ func (l *scriptedLower) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 	l.mu.Lock()
 	var rep *scriptedReply
 	for i, c := range l.mu.replies {
-		if c.op == r.op && (c.key == "" || c.key == string(r.key) || (r.op == opProve && proofsHave(r.proofs, c.key))) {
+		if c.op == r.op && (c.key == "" || c.key == string(r.key) || ((r.op == opProve || r.op == opRecoverIntents) && proofsHave(r.proofs, c.key))) {
 			rep = c
 			l.mu.replies = append(l.mu.replies[:i], l.mu.replies[i+1:]...)
 			break
@@ -137,11 +172,21 @@ func (l *scriptedLower) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 			return nil, ctx.Err()
 		}
 	}
+	if rep.after != "" {
+		select {
+		case <-l.answered(rep.after):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if rep.name != "" {
+		defer close(l.answered(rep.name))
+	}
 	if rep.err != nil {
 		return nil, rep.err
 	}
 	resp := *rep.resp
-	if r.op == opProve {
+	if r.op == opProve || r.op == opRecoverIntents {
 		resp.proven = make([]bool, len(r.proofs))
 		for i, p := range r.proofs {
 			resp.proven[i] = !rep.missing[string(p.key)]
@@ -165,7 +210,7 @@ func (l *scriptedLower) defaultRespLocked(r *txnReq) *txnResp {
 		ts := l.mu.nextTs
 		l.mu.nextTs++
 		return &txnResp{ts: ts}
-	case opPutStatus:
+	case opPutStatus, opPutStaging:
 		return &txnResp{won: true}
 	}
 	return &txnResp{}
@@ -215,6 +260,8 @@ func parseReply(t *testing.T, line string) *scriptedReply {
 			resp.found, set = true, true
 		case "prevented":
 			resp.prevented, set = true, true
+		case "fenced":
+			resp.won, resp.fenced, set = false, true, true
 		case "d":
 			resp.d, set = parseDecision(t, v), true
 		case "missing":
@@ -224,6 +271,10 @@ func parseReply(t *testing.T, line string) *scriptedReply {
 			}
 		case "hold":
 			rep.hold, rep.holdName = make(chan struct{}), v
+		case "name":
+			rep.name = v
+		case "after":
+			rep.after = v
 		default:
 			t.Fatalf("script: unknown argument %q", f)
 		}
@@ -407,7 +458,17 @@ func (h *stepHarness) request(t *testing.T, args []datadriven.CmdArg) *txnReq {
 	case "delete":
 		return &txnReq{op: opWrite, key: []byte(arg("k")), del: true, seq: uint64(num("seq"))}
 	case "commit":
-		return &txnReq{op: opCommit}
+		// inflight=k,k: the writes the pipeliner hands down with parallel
+		// commits on (value hash = seq = position).
+		r := &txnReq{op: opCommit}
+		if arg("inflight") != "" {
+			for i, k := range strings.Split(arg("inflight"), ",") {
+				r.proofs = append(r.proofs, inFlightWrite{key: []byte(k), hash: uint64(i + 1), seq: uint64(i + 1)})
+			}
+		}
+		return r
+	case "recover":
+		return &txnReq{op: opRecover}
 	case "abort":
 		return &txnReq{op: opAbort}
 	case "refresh":
@@ -447,12 +508,20 @@ func (h *stepHarness) do(r *txnReq) string {
 		}
 		return "kvs [" + strings.Join(kvs, " ") + "]"
 	case opCommit, opCommitOnePC:
+		if resp.implicit {
+			return fmt.Sprintf("committed at %d (implicitly: STAGING and every proof)", resp.ts)
+		}
 		return fmt.Sprintf("committed at %d", resp.ts)
 	case opAbort:
 		if resp.d.aborted() {
 			return "aborted"
 		}
 		return fmt.Sprintf("committed at %d (the abort lost)", resp.d.commitTs)
+	case opRecover:
+		if resp.d.aborted() {
+			return "recovered: aborted"
+		}
+		return fmt.Sprintf("recovered: committed at %d", resp.d.commitTs)
 	}
 	return "ok"
 }
@@ -501,7 +570,7 @@ func (h *stepHarness) build(t *testing.T, d *datadriven.TestData) {
 		h.layer = &txnCommitter{next: lower, startTs: 100, abortTimeout: time.Second,
 			logger: slog.New(slog.NewTextHandler(io.Discard, nil)), stats: &st}
 		h.state = func() string {
-			return fmt.Sprintf("ambiguous commits resolved by lookup: %d", st.ambiguousResolved.load())
+			return fmt.Sprintf("ambiguous commits resolved by lookup: %d; parallel commits: %d", st.ambiguousResolved.load(), st.parallelCommits.load())
 		}
 	case "refresher":
 		iso := "serializable"
@@ -529,6 +598,18 @@ func (h *stepHarness) build(t *testing.T, d *datadriven.TestData) {
 		}
 	case "sequencer":
 		h.layer = &txnSeqNumAllocator{next: lower}
+	case "recovery":
+		// recover: recoverStaging of the STAGING record commit=<ts>
+		// writes=k,k (value hash = position).
+		var commitTs uint64
+		var ws string
+		d.ScanArgs(t, "commit", &commitTs)
+		d.ScanArgs(t, "writes", &ws)
+		st := txnstatus.Staging{CommitTs: commitTs}
+		for i, k := range strings.Split(ws, ",") {
+			st.Writes = append(st.Writes, txnstatus.StagedWrite{Key: []byte(k), ValueHash: uint64(i + 1)})
+		}
+		h.layer = recoveryUnderTest{lower: lower, st: st}
 	case "pipeliner":
 		on := "on"
 		if d.HasArg("pipelining") {
@@ -540,6 +621,7 @@ func (h *stepHarness) build(t *testing.T, d *datadriven.TestData) {
 		}
 		var st stats
 		p := newPipeliner(lower, on == "on", int64(budget), &st)
+		p.parallelCommits = d.HasArg("parallel")
 		h.layer = p
 		h.state = func() string {
 			p.mu.Lock()
@@ -554,4 +636,21 @@ func (h *stepHarness) build(t *testing.T, d *datadriven.TestData) {
 	default:
 		t.Fatalf("unknown layer %q", d.CmdArgs[0].Key)
 	}
+}
+
+// recoveryUnderTest runs recoverStaging of st on opRecover.
+type recoveryUnderTest struct {
+	lower txnLayer
+	st    txnstatus.Staging
+}
+
+func (r recoveryUnderTest) send(ctx context.Context, q *txnReq) (*txnResp, error) {
+	if q.op != opRecover {
+		return nil, fmt.Errorf("recovery step test: send recover, not %v", q.op)
+	}
+	d, err := recoverStaging(ctx, r.lower, r.st)
+	if err != nil {
+		return nil, err
+	}
+	return &txnResp{d: d}, nil
 }

@@ -32,6 +32,9 @@ import (
 //   - opCommit: prove every in-flight write, all at once (the wire
 //     batches them per range, the batches in parallel), then pass on. So
 //     the committer takes commit_ts only once every intent is applied.
+//     With parallel commits, pass on at once with the in-flight writes in
+//     proofs: the committer proves them in parallel with its STAGING
+//     record.
 //   - opAbort: forget the in-flight writes and pass on. An abort needs no
 //     proof: every key written is resolved after the decision (the write
 //     set, txn.go), and an intent that lands after its resolution is
@@ -60,7 +63,8 @@ import (
 //     before the intent it covers is applied, and the argument that no read
 //     at or above commit_ts misses it (docs/design-notes.md) would lean on
 //     latches and Raft's log matching instead of on the order of events.
-//     Parallel commits will revisit this with a STAGING record.
+//     Parallel commits (parallelCommits; txn_commit.go) do exactly this,
+//     with the argument written out in docs/design-notes.md.
 //   - No stall on a rewrite: a PutIntent replaces the whole value and the
 //     leaseholder's latch orders the two writes, so committing with only
 //     the second proven would be correct here. Kept as the post and the
@@ -68,6 +72,10 @@ import (
 type txnPipeliner struct {
 	next    txnLayer
 	enabled bool
+	// parallelCommits: on opCommit, hand the in-flight writes to the
+	// committer (which proves them beside its STAGING record) instead of
+	// proving them first.
+	parallelCommits bool
 	// bytesMax is Options.PipelinedBytesMax.
 	bytesMax int64
 	stats    *stats
@@ -115,16 +123,32 @@ func (p *txnPipeliner) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 	case opWrite:
 		return p.write(ctx, r)
 	case opCommit:
+		if p.parallelCommits {
+			// The committer proves them in parallel with its STAGING
+			// record (txn_commit.go).
+			cr := *r
+			cr.proofs = p.inFlightSpan(nil, nil)
+			resp, err := p.next.send(ctx, &cr)
+			if err == nil {
+				p.forgetAll()
+			}
+			return resp, err
+		}
 		if err := p.prove(ctx, p.inFlightSpan(nil, nil)); err != nil {
 			return nil, err
 		}
 	case opAbort:
-		p.mu.Lock()
-		clear(p.mu.inFlight)
-		p.mu.bytes = 0
-		p.mu.Unlock()
+		p.forgetAll()
 	}
 	return p.next.send(ctx, r)
+}
+
+// forgetAll forgets every in-flight write (decided, or about to be).
+func (p *txnPipeliner) forgetAll() {
+	p.mu.Lock()
+	clear(p.mu.inFlight)
+	p.mu.bytes = 0
+	p.mu.Unlock()
 }
 
 func (p *txnPipeliner) write(ctx context.Context, r *txnReq) (*txnResp, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/txnstatus"
 )
 
 // txnWire is the bottom layer of the coordinator (txn_layers.go): it turns
@@ -33,6 +34,9 @@ import (
 //     that does not decode is ErrInternal with errBadStatus.
 //   - opOnePC, opQueryOnePC: the one-phase commit and the settling of its
 //     lost reply (txn_onepc.go).
+//   - opPutStaging: put-unless-exists of the STAGING record; won, or
+//     fenced by a reader. opRecover: recovery of our own STAGING record
+//     (recovery.go).
 //
 // opCommit and opAbort never get here: the committer answers them.
 type txnWire struct {
@@ -95,6 +99,15 @@ func (w *txnWire) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 		return &txnResp{ts: ts}, nil
 	case opQueryOnePC:
 		return w.queryOnePC(ctx, r.key)
+	case opPutStaging:
+		return w.putStaging(ctx, r.ts, r.proofs)
+	case opRecover:
+		d, err := recoverStaging(ctx, dbRecovery{db: db, startTs: t.startTs}, txnstatus.Staging{CommitTs: r.ts, Writes: stagedWrites(r.proofs)})
+		if err != nil {
+			return nil, err
+		}
+		db.statuses.put(t.startTs, d.commitTs)
+		return &txnResp{d: d}, nil
 	case opGetStatus:
 		found, v, err := db.plainGet(ctx, db.statusKey(t.startTs))
 		if err != nil || !found {
@@ -182,4 +195,41 @@ func (w *txnWire) refresh(ctx context.Context, spans []*rpcpb.Span, commitTs uin
 		}
 		return &RetryableError{Reason: ReasonReadConflict, Ts: ke.pb.GetExistingTs(), Msg: ke.pb.GetMessage()}
 	}
+}
+
+// stagedWrites converts in-flight writes to a STAGING record's writes.
+func stagedWrites(ws []inFlightWrite) []txnstatus.StagedWrite {
+	out := make([]txnstatus.StagedWrite, len(ws))
+	for i, w := range ws {
+		out[i] = txnstatus.StagedWrite{Key: w.key, ValueHash: w.hash}
+	}
+	return out
+}
+
+// putStaging writes our STAGING record with put-unless-exists. The sender
+// resends it after an ambiguous attempt; the resend finds our own value,
+// which counts as won (putUnlessExists).
+func (w *txnWire) putStaging(ctx context.Context, commitTs uint64, ws []inFlightWrite) (*txnResp, error) {
+	t := w.t
+	db := t.db
+	v, err := txnstatus.EncodeStaging(t.startTs, commitTs, stagedWrites(ws))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w: staging record of %d: %w", ErrInternal, errBadStatus, t.startTs, err)
+	}
+	ok, existing, err := db.putUnlessExists(ctx, db.stagingKey(t.startTs), v)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		return &txnResp{won: true}, nil
+	}
+	st, err := txnstatus.DecodeStaging(t.startTs, existing)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w: staging record of %d: %w", ErrInternal, errBadStatus, t.startTs, err)
+	}
+	if !st.Fence {
+		// Only this transaction writes STAGING, once.
+		return nil, fmt.Errorf("%w: staging record of %d holds another STAGING record", ErrInternal, t.startTs)
+	}
+	return &txnResp{fenced: true}, nil
 }

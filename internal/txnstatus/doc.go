@@ -19,6 +19,19 @@
 //     different top key bits and so land on different ranges when the table
 //     is pre-split with keys.StatusSplitKeys (a power of two up to NP).
 //
+// # STAGING (parallel commits)
+//
+// staging.go extends both encodings for parallel commits without touching
+// the final status: beside Key(start_ts), StagingKey(start_ts) = Key +
+// StagingSuffix holds, written once by put-unless-exists, either a STAGING
+// record (commit_ts and the in-flight writes: key, value hash) or a FENCE.
+// The final status is still written only by put-unless-exists at Key, with
+// the same values as before, so v1 and tickets stores written before the
+// extension read the same, and I1 keeps its form: a transaction commits
+// exactly when COMMITTED wins its status key, or when it is implicitly
+// committed (its STAGING record won and every staged write is in place),
+// after which no one writes ABORTED (see docs/design-notes.md for why).
+//
 // VarLong is the record's VAR_LONG, an order-preserving, minimal
 // prefix-length encoding of uint64 (see varlong.go for the layout).
 //
@@ -42,4 +55,7 @@
 //     StartTs. Within one row, keys sort by start_ts.
 //  6. Batched lookups: split tickets keys into cells with SplitTicketsKey
 //     and group them into requests with PartitionForLoad.
+//  7. A scan of the table meets staging keys too: StartTs fails on them
+//     (ErrCorruption); StagingStartTs reads them. Decode their values with
+//     DecodeStaging, never with DecodeValue.
 package txnstatus

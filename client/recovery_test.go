@@ -1,0 +1,125 @@
+package client
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/txnstatus"
+)
+
+// TestRecoverAbandonedStaging: a coordinator wrote its STAGING record and
+// died (its heartbeat expired). A reader that meets one of its intents
+// recovers it: all staged writes in place -> COMMITTED at the record's
+// timestamp, and the reader sees the value; one missing -> that write is
+// refused for good (its late PutIntent fails), ABORTED, and the reader sees
+// the old value.
+func TestRecoverAbandonedStaging(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		missing   bool
+		wantValue string
+	}{
+		{"all-in-place", false, "new"},
+		{"one-missing", true, "old"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newFakeCluster(t, 1)
+			db := c.open()
+			ka, kb := keys.UserKey([]byte("a")), keys.UserKey([]byte("b"))
+			c.putVersion(ka, 5, []byte("old"))
+			c.putIntent(ka, 7, []byte("new"))
+			if !tc.missing {
+				c.putIntent(kb, 7, []byte("new-b"))
+			}
+			c.setPlain(keys.HeartbeatKey(7), heartbeatValue(fakeNow.Add(-time.Second)))
+			st, err := txnstatus.EncodeStaging(7, 9, []txnstatus.StagedWrite{
+				{Key: ka, ValueHash: rpcpb.IntentValueHash([]byte("new"), false)},
+				{Key: kb, ValueHash: rpcpb.IntentValueHash([]byte("new-b"), false)},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.setPlain(db.stagingKey(7), st)
+
+			if got := mustGet(t, db, "a"); got != tc.wantValue {
+				t.Fatalf("a = %q, want %q", got, tc.wantValue)
+			}
+			found, commitTs, aborted := c.status(7)
+			if !found || aborted == !tc.missing || (!tc.missing && commitTs != 9) {
+				t.Fatalf("status: found=%v commit_ts=%d aborted=%v", found, commitTs, aborted)
+			}
+			if db.Stats().Recovered != 1 || db.Stats().AbortedOthers != 0 {
+				t.Fatalf("stats = %+v", db.Stats())
+			}
+			if tc.missing {
+				// The late write can never land.
+				_, err := db.sender.sendOne(bg, true, &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PutIntent{PutIntent: &rpcpb.PutIntentRequest{
+					Key: kb, Value: []byte("new-b"), Txn: &rpcpb.TxnMeta{StartTs: 7}}}})
+				if err == nil {
+					t.Fatal("the refused write landed after recovery")
+				}
+			}
+		})
+	}
+}
+
+// TestExpiredTransactionIsFenced: a reader aborting an expired transaction
+// first fences its staging key, so that a coordinator that was only slow
+// cannot write STAGING afterwards and be told it committed.
+func TestExpiredTransactionIsFenced(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	db := c.open()
+	k := keys.UserKey([]byte("k"))
+	c.putIntent(k, 7, []byte("pending"))
+	c.setPlain(keys.HeartbeatKey(7), heartbeatValue(fakeNow.Add(-time.Second)))
+	mustGet(t, db, "k")
+	v, ok := c.getPlain(db.stagingKey(7))
+	if !ok {
+		t.Fatal("no fence at the staging key")
+	}
+	if s, err := txnstatus.DecodeStaging(7, v); err != nil || !s.Fence {
+		t.Fatalf("staging key holds %+v, %v; want a fence", s, err)
+	}
+	if found, _, aborted := c.status(7); !found || !aborted {
+		t.Fatal("expired transaction not aborted")
+	}
+	// The slow coordinator's STAGING put now loses.
+	sv, _ := txnstatus.EncodeStaging(7, 9, nil)
+	won, _, err := db.putUnlessExists(context.Background(), db.stagingKey(7), sv)
+	if err != nil || won {
+		t.Fatalf("STAGING after the fence: won=%v err=%v", won, err)
+	}
+}
+
+// TestParallelCommitEndToEnd: with pipelining and parallel commits, a
+// transaction is acknowledged implicitly committed, and its COMMITTED
+// status is recorded before any of its intents is resolved.
+func TestParallelCommitEndToEnd(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	db := c.open(func(o *Options) { o.Pipelining = ToggleOn })
+	err := db.Txn(bg, func(ctx context.Context, txn *Txn) error {
+		if err := txn.Put(ctx, []byte("a"), []byte("1")); err != nil {
+			return err
+		}
+		return txn.Put(ctx, []byte("b"), []byte("2"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := db.Stats().ParallelCommits; n != 1 {
+		t.Fatalf("parallel commits: %d", n)
+	}
+	if err := db.Close(); err != nil { // drains the cleanup
+		t.Fatal(err)
+	}
+	reader := c.open()
+	if got := mustGet(t, reader, "b"); got != "2" {
+		t.Fatalf("b = %q", got)
+	}
+	if reader.Stats().Recovered != 0 {
+		t.Fatal("the reader had to recover a transaction whose client recorded it")
+	}
+}
