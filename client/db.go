@@ -25,6 +25,8 @@ type DB struct {
 	// statuses caches decided transactions' statuses.
 	statuses *statusCache
 	stats    stats
+	// switches is the cluster's transaction switches (settings.go).
+	switches clusterSwitches
 
 	// ctx is the background context of the DB's goroutines (oracle RPCs,
 	// heartbeats, intent resolution); Close cancels it.
@@ -71,6 +73,12 @@ func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) 
 	}
 	db.resolver = newIntentResolver(db)
 	db.statuses = newStatusCache(db.opts.StatusCacheEntriesMax)
+	// The switches only tune: a cluster that cannot be read now is read
+	// again at the next refresh.
+	if err := db.refreshSwitches(ctx); err != nil {
+		db.opts.Logger.Debug("canopy client: reading the cluster's transaction switches failed", "err", err)
+	}
+	go db.watchSwitches()
 	return db, nil
 }
 

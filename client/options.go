@@ -123,6 +123,10 @@ type Options struct {
 	// only key, hash and sequence number of each. At most 16 MiB (the
 	// proofs of all of them fit in one request). Default 256 KiB.
 	PipelinedBytesMax int
+	// SettingsRefresh is how often the client re-reads the cluster's
+	// transaction switches (settings.go): a change made with
+	// SetTxnSwitches reaches this client within it. Default 5s.
+	SettingsRefresh time.Duration
 	// OnePC allows one-phase commits (Txn.CommitWith; txn_onepc.go):
 	// writes handed to the commit that fall in one range commit in one Raft
 	// proposal. TxnOptions.OnePC overrides it; ToggleDefault follows the
@@ -206,6 +210,7 @@ func (o *Options) EnsureDefaults() {
 	setDur(&o.AbortTimeout, 5*time.Second)
 	setDur(&o.CloseDrainMax, 5*time.Second)
 	setInt(&o.PipelinedBytesMax, 256<<10)
+	setDur(&o.SettingsRefresh, 5*time.Second)
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}

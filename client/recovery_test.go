@@ -123,3 +123,54 @@ func TestParallelCommitEndToEnd(t *testing.T) {
 		t.Fatal("the reader had to recover a transaction whose client recorded it")
 	}
 }
+
+// TestTxnSwitchesAtRunTime: the cluster setting changes what transactions
+// begun afterwards do, in this client at once and in another after its
+// refresh; TxnOptions override it.
+func TestTxnSwitchesAtRunTime(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	admin := c.open()
+	db := c.open(func(o *Options) { o.SettingsRefresh = time.Hour })
+	write := func(db *DB, opts ...TxnOption) {
+		t.Helper()
+		if err := db.Txn(bg, func(ctx context.Context, txn *Txn) error {
+			return txn.Put(ctx, []byte("k"), []byte("v"))
+		}, opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := admin.SetTxnSwitches(bg, TxnSwitches{Pipelining: ToggleOn}); err != nil {
+		t.Fatal(err)
+	}
+	write(admin)
+	if st := admin.Stats(); st.PipelinedWrites != 1 || st.ParallelCommits != 1 {
+		t.Fatalf("pipelining on by the setting: %+v", st)
+	}
+	if err := admin.SetTxnSwitches(bg, TxnSwitches{Pipelining: ToggleOn, ParallelCommits: ToggleOff}); err != nil {
+		t.Fatal(err)
+	}
+	write(admin)
+	if st := admin.Stats(); st.PipelinedWrites != 2 || st.ParallelCommits != 1 {
+		t.Fatalf("parallel commits off by the setting: %+v", st)
+	}
+	write(admin, WithParallelCommits(true))
+	if st := admin.Stats(); st.ParallelCommits != 2 {
+		t.Fatalf("parallel commits on by TxnOptions: %+v", st)
+	}
+	// The other client still has the value it read at Open, until it
+	// refreshes.
+	write(db)
+	if st := db.Stats(); st.PipelinedWrites != 0 {
+		t.Fatalf("before its refresh, the other client pipelined: %+v", st)
+	}
+	if err := db.refreshSwitches(bg); err != nil {
+		t.Fatal(err)
+	}
+	write(db)
+	if st := db.Stats(); st.PipelinedWrites != 1 || st.ParallelCommits != 0 {
+		t.Fatalf("after its refresh: %+v", st)
+	}
+	if s, err := db.TxnSwitches(bg); err != nil || s != (TxnSwitches{Pipelining: ToggleOn, ParallelCommits: ToggleOff}) {
+		t.Fatalf("TxnSwitches = %v, %v", s, err)
+	}
+}

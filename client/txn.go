@@ -100,7 +100,6 @@ func (db *DB) begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 	}
 	t := &Txn{db: db, opts: o, startTs: ts, heartbeatKey: keys.HeartbeatKey(ts)}
 	t.mu.writes = map[string]struct{}{}
-	t.onePC = o.OnePC.on(db.opts.OnePC.on(true))
 	t.buildStack()
 	return t, nil
 }
@@ -112,9 +111,10 @@ func (t *Txn) buildStack() {
 	var l txnLayer = &txnWire{t: t}
 	l = newSpanRefresher(l, t.opts.Isolation == Serializable, db.opts.ReadSpansMax)
 	l = &txnCommitter{next: l, startTs: t.startTs, abortTimeout: db.opts.AbortTimeout, logger: db.opts.Logger, stats: &db.stats}
-	pipelining := t.opts.Pipelining.on(db.opts.Pipelining.on(pipeliningDefault))
+	pipelining, parallelCommits, onePC := db.txnSwitches(t.opts)
+	t.onePC = onePC
 	pl := newPipeliner(l, pipelining, int64(db.opts.PipelinedBytesMax), &db.stats)
-	pl.parallelCommits = pipelining && t.opts.ParallelCommits.on(db.opts.ParallelCommits.on(true))
+	pl.parallelCommits = parallelCommits
 	l = pl
 	l = &txnSeqNumAllocator{next: l}
 	t.hb = newHeartbeater(l, heartbeatConfig{
