@@ -51,6 +51,11 @@ type bankWorkload struct {
 		errs      map[string]int // error classes of failed or ambiguous transfers
 	}
 	committed atomic.Int64
+	// txnOpts are the options of every transfer; commitWith hands a
+	// transfer's writes to Txn.CommitWith (one-phase commit when they fit
+	// one range) instead of writing them first.
+	txnOpts    []client.TxnOption
+	commitWith bool
 }
 
 func newBankWorkload(accounts int) *bankWorkload {
@@ -155,17 +160,24 @@ func (b *bankWorkload) transfer(ctx context.Context, db *client.DB, rng *rand.Ra
 		if fb > 0 {
 			amount = 1 + rng.Int64N(min(fb, 100))
 		}
+		r := binary.BigEndian.AppendUint32(nil, uint32(from))
+		r = binary.BigEndian.AppendUint32(r, uint32(to))
+		r = binary.BigEndian.AppendUint64(r, uint64(amount))
+		if b.commitWith {
+			// Handed to the commit: one phase when they fit one range.
+			return txn.CommitWith(ctx,
+				client.Write{Key: b.keys[from], Value: encodeBalance(fb - amount)},
+				client.Write{Key: b.keys[to], Value: encodeBalance(tb + amount)},
+				client.Write{Key: receipt, Value: r})
+		}
 		if err := txn.Put(ctx, b.keys[from], encodeBalance(fb-amount)); err != nil {
 			return err
 		}
 		if err := txn.Put(ctx, b.keys[to], encodeBalance(tb+amount)); err != nil {
 			return err
 		}
-		r := binary.BigEndian.AppendUint32(nil, uint32(from))
-		r = binary.BigEndian.AppendUint32(r, uint32(to))
-		r = binary.BigEndian.AppendUint64(r, uint64(amount))
 		return txn.Put(ctx, receipt, r)
-	})
+	}, b.txnOpts...)
 	committed, ambiguous := testcluster.TxnOutcome(err)
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -83,6 +83,15 @@ type plannedOp struct {
 // history.
 func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.TxnRecord {
 	t.Helper()
+	return runListAppendMode(t, seed, false, opts...)
+}
+
+// runListAppendMode is runListAppend; with commitWith, each transaction
+// buffers its appends (reading its own from the buffer) and hands them to
+// Txn.CommitWith, so that a transaction whose keys lie in one range may
+// commit in one phase.
+func runListAppendMode(t *testing.T, seed uint64, commitWith bool, opts ...client.TxnOption) []check.TxnRecord {
+	t.Helper()
 	workers, txnsPerWorker := 5, 40
 	if testing.Short() {
 		workers, txnsPerWorker = 4, 25
@@ -143,6 +152,9 @@ func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.
 						h.AddTxn(*cur)
 					}
 					cur = &check.TxnRecord{ID: h.NextTxnID(), StartTs: txn.StartTs()}
+					// With commitWith: the appends not yet sent, in order.
+					buffered := map[string][]int{}
+					var order []string
 					for _, op := range plan {
 						if op.scanEnd != "" {
 							kvs, err := txn.Scan(ctx, []byte(op.key), []byte(op.scanEnd), 0)
@@ -155,6 +167,9 @@ func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.
 									return err
 								}
 							}
+							for k, l := range buffered {
+								lists[k] = l // our own appends, not sent yet
+							}
 							for _, k := range ks {
 								if k >= op.key && k < op.scanEnd {
 									cur.Ops = append(cur.Ops, check.MicroOp{Kind: check.OpRead, Key: k, List: lists[k]})
@@ -163,13 +178,15 @@ func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.
 							continue
 						}
 						k := []byte(op.key)
-						old, _, err := txn.Get(ctx, k)
-						if err != nil {
-							return err
-						}
-						list, err := decodeList(old)
-						if err != nil {
-							return err
+						list, ok := buffered[op.key]
+						if !ok {
+							old, _, err := txn.Get(ctx, k)
+							if err != nil {
+								return err
+							}
+							if list, err = decodeList(old); err != nil {
+								return err
+							}
 						}
 						if !op.appendOp {
 							cur.Ops = append(cur.Ops, check.MicroOp{Kind: check.OpRead, Key: op.key, List: list})
@@ -180,9 +197,23 @@ func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.
 						// still have left an intent, and the attempt's
 						// outcome decides whether it counts.
 						cur.Ops = append(cur.Ops, check.MicroOp{Kind: check.OpAppend, Key: op.key, Value: v})
+						if commitWith {
+							if _, ok := buffered[op.key]; !ok {
+								order = append(order, op.key)
+							}
+							buffered[op.key] = append(append([]int(nil), list...), v)
+							continue
+						}
 						if err := txn.Put(ctx, k, encodeList(append(list, v))); err != nil {
 							return err
 						}
+					}
+					if commitWith {
+						ws := make([]client.Write, len(order))
+						for i, k := range order {
+							ws[i] = client.Write{Key: []byte(k), Value: encodeList(buffered[k])}
+						}
+						return txn.CommitWith(ctx, ws...)
 					}
 					return nil
 				}
