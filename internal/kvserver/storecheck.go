@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/canopy-db/canopy/internal/replica"
@@ -147,6 +148,9 @@ func openStore(dir string, opts storage.Options) (*storage.Engine, error) {
 		if errors.Is(err, storage.ErrCorruption) || isPebbleOpenDamage(err) {
 			return nil, &StoreDamagedError{Dir: dir, Problem: "its files do not open", Err: err}
 		}
+		if errors.Is(err, syscall.ENOSPC) {
+			return nil, fmt.Errorf("store %s: %w: %w; free space on its disk and start the node again (docs/OPERATIONS.md, \"A full disk\")", dir, ErrDiskLow, err)
+		}
 		return nil, err
 	}
 	if err := checkStore(dir, eng, osFiles); err != nil {
@@ -161,6 +165,9 @@ func openStore(dir string, opts storage.Options) (*storage.Engine, error) {
 // deleted sstables), which Pebble does not mark as corruption.
 func isPebbleOpenDamage(err error) bool {
 	s := err.Error()
+	if errors.Is(err, syscall.ENOSPC) || strings.Contains(s, "no space left on device") {
+		return false // a full disk, not a damaged store
+	}
 	return strings.Contains(s, "file does not exist") || strings.Contains(s, "MANIFEST") ||
 		strings.Contains(s, "unknown to the objstorage provider")
 }
@@ -305,9 +312,9 @@ func checkRange(eng storage.Reader, rangeID uint64) error {
 	case hs.Commit > info.LastIndex:
 		return fmt.Errorf("its Raft state says index %d is committed but its log ends at %d", hs.Commit, info.LastIndex)
 	case info.Applied > hs.Commit:
-		return fmt.Errorf("index %d is applied but only %d is committed", info.Applied, hs.Commit)
+		return fmt.Errorf("its Raft state says index %d is applied but only %d is committed", info.Applied, hs.Commit)
 	case info.Applied != 0 && info.Applied < info.Truncated:
-		return fmt.Errorf("index %d is applied but the log is truncated up to %d", info.Applied, info.Truncated)
+		return fmt.Errorf("its Raft state says index %d is applied but its log is truncated up to %d", info.Applied, info.Truncated)
 	case d != nil && len(info.ConfState.Voters) == 0:
 		return errors.New("it has a descriptor but no Raft configuration")
 	case d != nil && d.RangeId != rangeID:
@@ -414,7 +421,7 @@ func (n *Node) checkHeartbeatCommit(rr *rangeReplica, m *raftpb.Message) bool {
 		return true
 	}
 	n.failStore(&StoreDamagedError{Dir: n.cfg.StoreDir, Problem: fmt.Sprintf(
-		"range r%d: the leader n%d says index %d is committed and was acknowledged here, but this store's log ends at %d: "+
+		"range r%d: its Raft leader n%d says log index %d is committed and was acknowledged here, but this store's Raft log ends at %d: "+
 			"the store lost acknowledged writes (restored from an older copy, or Pebble's WAL was lost)",
 		rr.r.RangeID(), m.From, m.Commit, last)})
 	return false
