@@ -391,7 +391,9 @@ func (n *Node) failed() bool {
 func (n *Node) failStore(err *StoreDamagedError) {
 	n.failure.once.Do(func() {
 		reason := fmt.Sprintf("%s: %s", time.Now().UTC().Format(time.RFC3339), err.Problem)
-		if werr := writeFileAtomic(n.cfg.StoreDir, StoreDamagedFile, reason+"\n"); werr != nil {
+		if fs := n.cfg.Storage.FS; fs != nil && fs != vfs.Default {
+			// No side files for a store on another file system (openStore).
+		} else if werr := writeFileAtomic(n.cfg.StoreDir, StoreDamagedFile, reason+"\n"); werr != nil {
 			n.log.Error("marking the store damaged", "file", StoreDamagedFile, "err", werr)
 		}
 		n.log.Error("store damaged: stopping", "err", err)
