@@ -64,6 +64,7 @@ func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) 
 		return nil, err
 	}
 	db.settings = info.GetSettings()
+	db.nodes.setClusterID(db.settings.GetClusterId())
 	db.enc = o.StatusEncoding
 	if db.enc == nil {
 		if db.enc, err = statusEncodingFor(db.settings); err != nil {

@@ -1,14 +1,17 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
 // nodeDirectory knows the cluster's nodes (ID -> address, learned from
@@ -19,6 +22,10 @@ import (
 // address list so that "any node" requests can use them.
 type nodeDirectory struct {
 	dialOpts []grpc.DialOption
+	// clusterID, once known (Open sets it from ClusterInfo), goes with
+	// every RPC as gRPC metadata: a node of another cluster refuses it
+	// (rpcpb.IsClusterMismatch) instead of serving it.
+	clusterID atomic.Pointer[string]
 
 	mu struct {
 		sync.Mutex
@@ -40,6 +47,7 @@ const messageBytesMax = keys.RequestBytesMax + 1<<20
 func newNodeDirectory(seeds []string, extra []grpc.DialOption) *nodeDirectory {
 	d := &nodeDirectory{}
 	d.dialOpts = append([]grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(d.identityInterceptor),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(messageBytesMax), grpc.MaxCallSendMsgSize(messageBytesMax)),
 	}, extra...)
@@ -125,6 +133,21 @@ func (d *nodeDirectory) client(addr string) (rpcpb.KVClient, error) {
 	}
 	d.mu.conns[addr] = c
 	return rpcpb.NewKVClient(c), nil
+}
+
+// setClusterID makes every later RPC name the cluster id.
+func (d *nodeDirectory) setClusterID(id string) {
+	if id != "" {
+		d.clusterID.Store(&id)
+	}
+}
+
+// identityInterceptor adds the cluster's ID to an outgoing RPC.
+func (d *nodeDirectory) identityInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if id := d.clusterID.Load(); id != nil {
+		ctx = metadata.AppendToOutgoingContext(ctx, rpcpb.MetadataClusterID, *id)
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
 func (d *nodeDirectory) close() error {

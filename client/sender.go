@@ -115,8 +115,9 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 		}
 		if err != nil {
 			// Transport error: the request may have reached the node and
-			// been proposed.
-			if write {
+			// been proposed, unless the node refused it as coming from
+			// another cluster.
+			if write && !rpcpb.IsClusterMismatch(err) {
 				ambiguous = true
 			}
 			lastErr = fmt.Errorf("node %d at %s: %w", nodeID, addr, err)

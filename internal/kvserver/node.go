@@ -143,6 +143,8 @@ type Node struct {
 	// votesFrom: before this time the node grants no votes (see
 	// receiveRaft). Set at start for a store that was already in a cluster.
 	votesFrom time.Time
+	// identityLog rate-limits refusals of other clusters' RPCs (identity.go).
+	identityLog identityLog
 
 	mu struct {
 		sync.RWMutex
@@ -270,7 +272,7 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
-		grpc.UnaryInterceptor(n.trackHandler))
+		grpc.ChainUnaryInterceptor(n.identityUnary, n.trackHandler), grpc.StreamInterceptor(n.identityStream))
 	rpcpb.RegisterKVServer(n.srv, &kvService{n: n})
 	rpcpb.RegisterInternalServer(n.srv, &internalService{n: n})
 	n.wg.Add(5)
@@ -279,6 +281,17 @@ func Start(cfg Config) (*Node, error) {
 	go n.runEvery(n.cfg.TickInterval, n.tick)
 	go n.runEvery(n.cfg.BalanceInterval, n.balance)
 	go n.runEvery(n.cfg.GCInterval, n.collectLedRanges)
+	if n.bootstrapped() {
+		// A store of another cluster on one of this cluster's addresses
+		// is refused by the others; identity.go.
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			ctx, cancel := context.WithTimeout(n.stopCtx, PeerIdentityCheckMax)
+			defer cancel()
+			n.checkPeersIdentity(ctx)
+		}()
+	}
 	return n, nil
 }
 
@@ -406,8 +419,8 @@ func (n *Node) conn(addr string) (*grpc.ClientConn, error) {
 	if c := n.mu.conns[addr]; c != nil {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	c, err := grpc.NewClient(addr, append(n.identityDialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))...)
 	if err != nil {
 		return nil, err
 	}
