@@ -47,8 +47,8 @@
 //  7. Routing is the client's job: range descriptors are cached and fixed
 //     up after splits and lease moves, and requests are retried on other
 //     nodes, all within ctx and Options.SendAttemptsMax.
-//  8. Pipelining (Options.Pipelining, WithPipelining; off by default for
-//     now): a transactional Put or Delete returns once the leaseholder has
+//  8. Pipelining (Options.Pipelining, WithPipelining; on by default): a
+//     transactional Put or Delete returns once the leaseholder has
 //     evaluated and proposed it, before it is replicated. The transaction
 //     proves such a write before a later read or write of its key and
 //     before Commit's commit point; one that failed to replicate makes that
@@ -57,6 +57,18 @@
 //     write it was told succeeded. Pipelined bytes not yet proven are
 //     bounded by Options.PipelinedBytesMax, beyond which writes wait for
 //     replication again.
+//  9. Parallel commits (Options.ParallelCommits, WithParallelCommits; on
+//     by default, with pipelining): Commit writes a STAGING record in
+//     parallel with the proofs and returns once both are done; the
+//     COMMITTED status is recorded afterwards. A reader that finds the
+//     coordinator gone recovers the transaction (recovery.go).
+//  10. One-phase commit (Options.OnePC, WithOnePC; on by default):
+//     Txn.CommitWith hands writes to the commit; if the transaction has
+//     written nothing else and they (and, serializable, its reads) fall
+//     in one range, they commit in one request and one Raft proposal.
+//  11. The three switches are also a cluster setting, changeable at run
+//     time (DB.SetTxnSwitches, canopy admin setting); TxnOptions override
+//     Options, which override the setting.
 //
 // A transaction's liveness is its heartbeat record, refreshed every
 // HeartbeatTTL/5. If a client stalls or dies, others abort its pending
@@ -76,7 +88,11 @@
 //	heartbeat.go        layer: the heartbeat record
 //	txn_seq.go          layer: sequence numbers of writes
 //	txn_pipeliner.go    layer: pipelined writes in flight, their proofs
-//	txn_commit.go       Commit; layer: the commit point, ambiguous-commit lookup
+//	txn_commit.go       Commit; layer: the commit point, ambiguous-commit lookup,
+//	                    parallel commits (STAGING beside the proofs)
+//	txn_onepc.go        CommitWith and the one-phase commit
+//	recovery.go         recovery of STAGING transactions; the reader's fence
+//	settings.go         the cluster's transaction switches
 //	txn_refresh.go      layer: the read set and the serializable refresh
 //	txn_wire.go         layer (bottom): requests to RPCs, others' intents met
 //	intent_resolver.go  resolving others' intents; async cleanup of ours

@@ -112,8 +112,8 @@ type Options struct {
 	// With it on, a transactional write returns once the leaseholder has
 	// evaluated and proposed it, and the transaction proves its writes
 	// before a later read or write of their keys and before its commit
-	// point (txn_pipeliner.go). ToggleDefault, the zero value, means off
-	// for now (pipeliningDefault).
+	// point (txn_pipeliner.go). ToggleDefault, the zero value, follows the
+	// cluster setting (settings.go), on unless set off.
 	Pipelining Toggle
 	// PipelinedBytesMax bounds one transaction's pipelined writes that are
 	// not proven yet, in bytes of key plus value: a write that would go
@@ -138,16 +138,28 @@ type Options struct {
 	// it; ToggleDefault follows the cluster setting (on unless set off).
 	ParallelCommits Toggle
 
+	// TestingCommitStep, if set, is called at each step of a parallel
+	// commit, on the committing goroutine, and may block there: for tests
+	// that stop a coordinator at that step (test/process). Steps:
+	// "staging" (commit_ts taken and refreshed, nothing of the commit
+	// sent), "staged" (the STAGING put won; called on its own goroutine),
+	// "proof <i>" (before the proof of in-flight write i: with the hook
+	// set, the writes are proven one at a time), "proven" (STAGING won and
+	// every write proven, before the caller is told and before COMMITTED is
+	// recorded). Not for production use.
+	TestingCommitStep func(startTs uint64, step string)
+
 	// StatusEncoding overrides the status-table encoding named by the
 	// cluster's settings. Dangerous: every client and server of a cluster
 	// must use the same encoding. For tests.
 	StatusEncoding txnstatus.Encoding
 }
 
-// pipeliningDefault is what ToggleDefault means for Options.Pipelining.
-// Off until the fault tests (internal/testcluster) pass with it on by
-// default; then a later change turns it on.
-const pipeliningDefault = false
+// pipeliningDefault is what ToggleDefault means for Options.Pipelining
+// when the cluster setting says default too: on, since the fault tests
+// (internal/testcluster: bank, list-append, porcupine, each switch
+// combination) pass with it.
+const pipeliningDefault = true
 
 // pipelinedBytesLimit bounds Options.PipelinedBytesMax: the proofs of a
 // transaction's in-flight writes go in one request per range, which must

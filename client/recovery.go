@@ -157,3 +157,44 @@ func (db *DB) abortOrRecover(ctx context.Context, startTs uint64) (decision, err
 	}
 	return d, err
 }
+
+// TxnStatus is a transaction's record in the status table, as
+// DB.TxnStatus reads it.
+type TxnStatus struct {
+	// Decided: the status key holds a decision, Aborted or CommitTs.
+	Decided  bool
+	Aborted  bool
+	CommitTs uint64
+	// Staged: its staging key holds a STAGING record (at StagedTs);
+	// Fenced: a FENCE (a reader aborted it, or was about to).
+	Staged, Fenced bool
+	StagedTs       uint64
+}
+
+// TxnStatus reads the status and staging records of the transaction that
+// started at startTs, without deciding anything (for tools and tests).
+func (db *DB) TxnStatus(ctx context.Context, startTs uint64) (TxnStatus, error) {
+	resps, err := db.sender.sendPoints(ctx, false, []*rpcpb.RequestUnion{
+		{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{Key: db.statusKey(startTs)}}},
+		{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{Key: db.stagingKey(startTs)}}},
+	})
+	if err != nil {
+		return TxnStatus{}, publicError(err)
+	}
+	var s TxnStatus
+	if g := resps[0].GetPlainGet(); g.GetFound() {
+		c, aborted, err := db.decodeStatus(startTs, g.GetValue())
+		if err != nil {
+			return TxnStatus{}, err
+		}
+		s.Decided, s.Aborted, s.CommitTs = true, aborted, c
+	}
+	if g := resps[1].GetPlainGet(); g.GetFound() {
+		st, err := txnstatus.DecodeStaging(startTs, g.GetValue())
+		if err != nil {
+			return TxnStatus{}, fmt.Errorf("%w: %w: staging record of %d: %w", ErrInternal, errBadStatus, startTs, err)
+		}
+		s.Fenced, s.Staged, s.StagedTs = st.Fence, !st.Fence, st.CommitTs
+	}
+	return s, nil
+}

@@ -130,6 +130,9 @@ func TestParallelCommitEndToEnd(t *testing.T) {
 func TestTxnSwitchesAtRunTime(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	admin := c.open()
+	if err := admin.SetTxnSwitches(bg, TxnSwitches{Pipelining: ToggleOff}); err != nil {
+		t.Fatal(err)
+	}
 	db := c.open(func(o *Options) { o.SettingsRefresh = time.Hour })
 	write := func(db *DB, opts ...TxnOption) {
 		t.Helper()

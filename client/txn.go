@@ -110,7 +110,8 @@ func (t *Txn) buildStack() {
 	db := t.db
 	var l txnLayer = &txnWire{t: t}
 	l = newSpanRefresher(l, t.opts.Isolation == Serializable, db.opts.ReadSpansMax)
-	l = &txnCommitter{next: l, startTs: t.startTs, abortTimeout: db.opts.AbortTimeout, logger: db.opts.Logger, stats: &db.stats}
+	l = &txnCommitter{next: l, startTs: t.startTs, abortTimeout: db.opts.AbortTimeout, logger: db.opts.Logger, stats: &db.stats,
+		stepHook: db.opts.TestingCommitStep}
 	pipelining, parallelCommits, onePC := db.txnSwitches(t.opts)
 	t.onePC = onePC
 	pl := newPipeliner(l, pipelining, int64(db.opts.PipelinedBytesMax), &db.stats)

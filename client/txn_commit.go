@@ -113,6 +113,8 @@ type txnCommitter struct {
 	onePCKey []byte
 	stagedTs uint64
 	staged   []inFlightWrite
+	// stepHook is Options.TestingCommitStep.
+	stepHook func(startTs uint64, step string)
 }
 
 func (c *txnCommitter) send(ctx context.Context, r *txnReq) (*txnResp, error) {
@@ -196,6 +198,7 @@ func (c *txnCommitter) commit(ctx context.Context, inFlight []inFlightWrite) (*t
 // ordinary commit point decides, once the proofs are in. Anything else:
 // the record may be there, so recovery decides (never a blind abort).
 func (c *txnCommitter) parallelCommit(ctx context.Context, commitTs uint64, ws []inFlightWrite) (*txnResp, error) {
+	c.step("staging")
 	c.stagedTs, c.staged = commitTs, ws
 	var wg sync.WaitGroup
 	var sr *txnResp
@@ -204,8 +207,11 @@ func (c *txnCommitter) parallelCommit(ctx context.Context, commitTs uint64, ws [
 	go func() {
 		defer wg.Done()
 		sr, serr = c.next.send(ctx, &txnReq{op: opPutStaging, ts: commitTs, proofs: ws})
+		if serr == nil && sr.won {
+			c.step("staged")
+		}
 	}()
-	pr, perr := c.next.send(ctx, &txnReq{op: opProve, proofs: ws})
+	pr, perr := c.prove(ctx, ws)
 	wg.Wait()
 	proven := perr == nil && len(pr.proven) == len(ws)
 	for i := 0; proven && i < len(ws); i++ {
@@ -215,6 +221,7 @@ func (c *txnCommitter) parallelCommit(ctx context.Context, commitTs uint64, ws [
 	case errors.Is(serr, errBadStatus):
 		return nil, serr
 	case serr == nil && sr.won && proven:
+		c.step("proven")
 		c.stats.parallelCommits.add(1)
 		return &txnResp{ts: commitTs, implicit: true}, nil
 	case serr == nil && sr.fenced:
@@ -243,6 +250,32 @@ func (c *txnCommitter) parallelCommit(ctx context.Context, commitTs uint64, ws [
 			Msg: "parallel commit failed; recovery settled the transaction as aborted"}
 	}
 	return &txnResp{ts: d.commitTs}, nil
+}
+
+// prove proves ws with one request (the wire splits it per range, in
+// parallel), or, with a TestingCommitStep hook, one write at a time with
+// the hook called before each.
+func (c *txnCommitter) prove(ctx context.Context, ws []inFlightWrite) (*txnResp, error) {
+	if c.stepHook == nil {
+		return c.next.send(ctx, &txnReq{op: opProve, proofs: ws})
+	}
+	out := &txnResp{}
+	for i, w := range ws {
+		c.step(fmt.Sprintf("proof %d", i))
+		r, err := c.next.send(ctx, &txnReq{op: opProve, proofs: []inFlightWrite{w}})
+		if err != nil {
+			return nil, err
+		}
+		out.proven = append(out.proven, r.proven...)
+	}
+	return out, nil
+}
+
+// step calls the testing hook, if any.
+func (c *txnCommitter) step(s string) {
+	if c.stepHook != nil {
+		c.stepHook(c.startTs, s)
+	}
 }
 
 // missingWrite is the error of a parallel commit whose proofs found a

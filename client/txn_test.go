@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/tso"
+	"github.com/canopy-db/canopy/internal/txnstatus"
 )
 
 var bg = context.Background()
@@ -304,7 +305,8 @@ func TestAmbiguousCommitResent(t *testing.T) {
 // and returns success without running the closure again.
 func TestAmbiguousCommitResolvedByLookup(t *testing.T) {
 	c := newFakeCluster(t, 1)
-	db := c.open(func(o *Options) { o.SendAttemptsMax = 3 })
+	// The ordinary commit point (parallel commits have their own tests).
+	db := c.open(func(o *Options) { o.SendAttemptsMax = 3; o.ParallelCommits = ToggleOff })
 	c.setAfterBatch(func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse {
 		if isCommitPUE(req) {
 			return errResp(rpcpb.ErrorCode_AMBIGUOUS, "leader changed")
@@ -338,7 +340,7 @@ func TestAmbiguousCommitResolvedByLookup(t *testing.T) {
 // run again.
 func TestAmbiguousCommitNotAppliedIsAborted(t *testing.T) {
 	c := newFakeCluster(t, 1)
-	db := c.open(func(o *Options) { o.SendAttemptsMax = 3 })
+	db := c.open(func(o *Options) { o.SendAttemptsMax = 3; o.ParallelCommits = ToggleOff })
 	var firstStart atomic.Uint64
 	c.setBeforeBatch(func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
 		if isCommitPUE(req) {
@@ -409,6 +411,8 @@ func TestCommitFindsAborted(t *testing.T) {
 			return err
 		}
 		if attempts == 1 {
+			// As a reader does: fence the staging key, then abort.
+			c.setPlain(db.stagingKey(txn.StartTs()), txnstatus.FenceValue())
 			v, _ := c.enc.EncodeValue(txn.StartTs(), 0)
 			c.setPlain(keys.StatusKey(c.enc.Key(txn.StartTs())), v)
 		}

@@ -9,13 +9,12 @@ import (
 	"github.com/canopy-db/canopy/internal/testcluster/check"
 )
 
-// Transactional pipelining (client.Options.Pipelining, off by default for
-// now) under the fault workloads: a pipelined write is answered once its
+// Transactional pipelining (client.Options.Pipelining, on by default)
+// under the fault workloads: a pipelined write is answered once its
 // leaseholder has proposed it, so a leaseholder stopped with writes in
 // flight loses some of them. Their transactions must find out when they
-// prove them (ReasonPipelinedWriteFailed) and retry, never commit. One run
-// of each checker with pipelining on, so that the suite stays short; the
-// switch-combination runs of issue 8 item 6 come with parallel commits.
+// prove them (ReasonPipelinedWriteFailed) and retry, never commit. The
+// switch-combination runs are in switches_test.go.
 
 // TestPipelinedSerializableListAppend is TestSerializableListAppend (the
 // leaseholder of the keys' first range stopped and restarted, a

@@ -27,7 +27,11 @@ func TestAbandonedTransactionIsRecovered(t *testing.T) {
 	// A's heartbeat TTL is short so that the test waits little for its
 	// expiry; the protocol is the same with the 5s default.
 	const ttlA = time.Second
-	a := openDB(t, c, client.WithOptions(client.Options{HeartbeatTTL: ttlA}))
+	// Without pipelining, A's Put returns once its intent is applied, so
+	// that the check below finds it on the leaseholder (a pipelined write
+	// may still be in flight). TestCoordinatorKilledDuringParallelCommit
+	// (test/process) covers abandoned pipelined transactions.
+	a := openDB(t, c, client.WithOptions(client.Options{HeartbeatTTL: ttlA, Pipelining: client.ToggleOff}))
 	b := openDB(t, c)
 	// x and y fall in different user ranges ('a' = 0x61, 0xa0).
 	x, y := []byte("abandoned/x"), []byte("\xa0abandoned/y")

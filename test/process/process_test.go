@@ -42,6 +42,11 @@ var (
 func TestMain(m *testing.M) {
 	flag.Parse()
 	os.Exit(func() int {
+		if os.Getenv(coordinatorEnv) != "" {
+			// A coordinator process of a parallel-commit test: it needs no
+			// canopy binary (parallel_commit_test.go).
+			return m.Run()
+		}
 		if testing.Short() {
 			skipWhy = "multi-process tests are skipped under -short"
 			return m.Run()
