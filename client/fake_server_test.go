@@ -46,7 +46,10 @@ type fakeCluster struct {
 		intents     map[string]fakeIntent
 		plain       map[string][]byte
 		// refused: key -> start timestamps a RecoverIntent refused there.
-		refused  map[string]map[uint64]bool
+		refused map[string]map[uint64]bool
+		// onePC: start_ts -> commit_ts of applied CommitOnePCs (the 1PC
+		// records, without their bound).
+		onePC    map[uint64]uint64
 		clock    uint64
 		settings *rpcpb.ClusterSettings
 
@@ -657,6 +660,48 @@ func (c *fakeCluster) evalOneLocked(r *rpcpb.RequestUnion) (*rpcpb.ResponseUnion
 		in, ok := c.mu.intents[string(q.Key)]
 		found := ok && in.txn.StartTs == q.TxnStart && rpcpb.IntentValueHash(in.value, in.del) == q.ValueHash
 		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_QueryIntent{QueryIntent: &rpcpb.QueryIntentResponse{Found: found}}}, nil
+	case *rpcpb.RequestUnion_CommitOnePc:
+		p := v.CommitOnePc
+		if ct, ok := c.mu.onePC[p.TxnStart]; ok {
+			return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_CommitOnePc{CommitOnePc: &rpcpb.CommitOnePCResponse{CommitTs: ct}}}, nil
+		}
+		if c.mu.refused[string(p.Writes[0].Key)][p.TxnStart] {
+			return nil, &rpcpb.Error{Code: rpcpb.ErrorCode_WRITE_CONFLICT, Message: "fake: 1PC refused"}
+		}
+		for _, w := range p.Writes {
+			k := string(w.Key)
+			if in, ok := c.mu.intents[k]; ok {
+				return nil, &rpcpb.Error{Code: rpcpb.ErrorCode_WRITE_CONFLICT, Intents: []*rpcpb.Intent{intentOf(k, in)}}
+			}
+			if ts := c.latestTsLocked(k); ts > p.TxnStart {
+				return nil, &rpcpb.Error{Code: rpcpb.ErrorCode_WRITE_CONFLICT, ExistingTs: ts}
+			}
+		}
+		c.mu.clock++
+		for _, w := range p.Writes {
+			c.addVersionLocked(string(w.Key), fakeVersion{ts: c.mu.clock, value: w.Value, del: w.Delete})
+		}
+		if c.mu.onePC == nil {
+			c.mu.onePC = map[uint64]uint64{}
+		}
+		c.mu.onePC[p.TxnStart] = c.mu.clock
+		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_CommitOnePc{CommitOnePc: &rpcpb.CommitOnePCResponse{CommitTs: c.mu.clock}}}, nil
+	case *rpcpb.RequestUnion_QueryOnePc:
+		q := v.QueryOnePc
+		out := &rpcpb.QueryOnePCResponse{}
+		if ct, ok := c.mu.onePC[q.TxnStart]; ok {
+			out.Committed, out.CommitTs = true, ct
+		} else if c.latestTsLocked(string(q.Key)) <= q.TxnStart {
+			if c.mu.refused == nil {
+				c.mu.refused = map[string]map[uint64]bool{}
+			}
+			if c.mu.refused[string(q.Key)] == nil {
+				c.mu.refused[string(q.Key)] = map[uint64]bool{}
+			}
+			c.mu.refused[string(q.Key)][q.TxnStart] = true
+			out.Prevented = true
+		}
+		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_QueryOnePc{QueryOnePc: out}}, nil
 	case *rpcpb.RequestUnion_RecoverIntent:
 		q := v.RecoverIntent
 		k := string(q.Key)
@@ -718,6 +763,10 @@ func typeName(r *rpcpb.RequestUnion) string {
 		return "QueryIntent"
 	case *rpcpb.RequestUnion_RecoverIntent:
 		return "RecoverIntent"
+	case *rpcpb.RequestUnion_CommitOnePc:
+		return "CommitOnePC"
+	case *rpcpb.RequestUnion_QueryOnePc:
+		return "QueryOnePC"
 	}
 	return "?"
 }

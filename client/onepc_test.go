@@ -1,0 +1,88 @@
+package client
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+)
+
+func isOnePC(req *rpcpb.BatchRequest) bool {
+	return len(req.Requests) == 1 && req.Requests[0].GetCommitOnePc() != nil
+}
+
+// I1 for one-phase commits: the CommitOnePC applies but its answer is lost
+// (AMBIGUOUS). The client settles it at the range (QueryOnePC finds the
+// 1PC record): committed, the closure not run again, and nothing written in
+// the status table (no "aborted" for a batch that applied).
+func TestOnePCAmbiguousApplied(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	db := c.open(func(o *Options) { o.SendAttemptsMax = 3 })
+	c.setAfterBatch(func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse {
+		if isOnePC(req) {
+			return errResp(rpcpb.ErrorCode_AMBIGUOUS, "leader changed")
+		}
+		return nil
+	})
+	attempts := 0
+	var start uint64
+	err := db.Txn(bg, func(ctx context.Context, txn *Txn) error {
+		attempts++
+		start = txn.StartTs()
+		return txn.CommitWith(ctx, Write{Key: []byte("a"), Value: []byte("1")}, Write{Key: []byte("b"), Value: []byte("2")})
+	})
+	if err != nil || attempts != 1 {
+		t.Fatalf("err %v, attempts %d", err, attempts)
+	}
+	if found, _, _ := c.status(start); found {
+		t.Fatal("a one-phase commit wrote the status table")
+	}
+	if st := db.Stats(); st.AmbiguousResolved != 1 || st.OnePCCommits != 1 {
+		t.Fatalf("stats = %+v", st)
+	}
+	if got := mustGet(t, db, "b"); got != "2" {
+		t.Fatalf("b = %q", got)
+	}
+}
+
+// The CommitOnePC's answer is lost and it never applied: QueryOnePC
+// refuses it for good (a late copy cannot apply), the attempt aborts
+// without any status write, and the closure runs again.
+func TestOnePCAmbiguousNotApplied(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	db := c.open(func(o *Options) { o.SendAttemptsMax = 3 })
+	var lost atomic.Bool
+	var late *rpcpb.BatchRequest
+	c.setBeforeBatch(func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+		if isOnePC(req) && !lost.Swap(true) {
+			late = req
+			return errResp(rpcpb.ErrorCode_AMBIGUOUS, "proposal dropped")
+		}
+		return nil
+	})
+	attempts := 0
+	var first uint64
+	err := db.Txn(bg, func(ctx context.Context, txn *Txn) error {
+		attempts++
+		if attempts == 1 {
+			first = txn.StartTs()
+		}
+		return txn.CommitWith(ctx, Write{Key: []byte("a"), Value: []byte("x")})
+	})
+	if err != nil || attempts != 2 {
+		t.Fatalf("err %v, attempts %d", err, attempts)
+	}
+	if found, _, _ := c.status(first); found {
+		t.Fatal("a one-phase commit wrote the status table")
+	}
+	// The first attempt's batch arrives late: refused.
+	c.setBeforeBatch(nil)
+	_, err = db.sender.sendOne(bg, true, late.Requests[0])
+	if err == nil {
+		t.Fatal("the late one-phase commit applied after it was settled as not applied")
+	}
+	if got := mustGet(t, db, "a"); got != "x" {
+		t.Fatalf("a = %q", got)
+	}
+}
