@@ -332,6 +332,7 @@ func (r *intentResolver) process(batch []resolveTask) {
 		}
 		db.stats.resolveDropped.add(int64(len(batch)))
 	}
+	r.dropStaging(ctx, batch)
 	for _, t := range batch {
 		if t.heartbeatKey == nil {
 			continue
@@ -402,6 +403,30 @@ func (r *intentResolver) recordStaged(ctx context.Context, batch []resolveTask) 
 		out = append(out, t)
 	}
 	return out
+}
+
+// dropStaging deletes the STAGING records of the staged transactions of
+// batch, whose COMMITTED status recordStaged has recorded (it keeps only
+// those): a reader checks the status key first, so nobody reads the
+// record again, and it holds every staged key. Safe even against a reader
+// that looked before COMMITTED was recorded: its FENCE then wins the
+// emptied key, and its ABORTED put-unless-exists finds COMMITTED and takes
+// it. Best effort: a record left behind costs space, not correctness.
+func (r *intentResolver) dropStaging(ctx context.Context, batch []resolveTask) {
+	db := r.db
+	var reqs []*rpcpb.RequestUnion
+	for _, t := range batch {
+		if t.staged {
+			reqs = append(reqs, &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainPut{PlainPut: &rpcpb.PlainPutRequest{
+				Key: db.stagingKey(t.startTs), Delete: true}}})
+		}
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	if _, err := db.sender.sendPoints(ctx, true, reqs); err != nil && db.ctx.Err() == nil {
+		db.opts.Logger.Debug("canopy client: deleting STAGING records failed; they stay", "transactions", len(reqs), "err", err)
+	}
 }
 
 // close stops accepting tasks and waits up to drainMax for the queue to

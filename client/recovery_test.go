@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,6 +116,9 @@ func TestParallelCommitEndToEnd(t *testing.T) {
 	if err := db.Close(); err != nil { // drains the cleanup
 		t.Fatal(err)
 	}
+	if n := c.plainCount(keys.StatusPrefix); n != 1 {
+		t.Fatalf("%d records in the status table after the cleanup, want 1 (COMMITTED; the STAGING record deleted)", n)
+	}
 	reader := c.open()
 	if got := mustGet(t, reader, "b"); got != "2" {
 		t.Fatalf("b = %q", got)
@@ -176,4 +180,17 @@ func TestTxnSwitchesAtRunTime(t *testing.T) {
 	if s, err := db.TxnSwitches(bg); err != nil || s != (TxnSwitches{Pipelining: ToggleOn, ParallelCommits: ToggleOff}) {
 		t.Fatalf("TxnSwitches = %v, %v", s, err)
 	}
+}
+
+// plainCount counts the plain keys with the given prefix.
+func (c *fakeCluster) plainCount(prefix []byte) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for k := range c.mu.plain {
+		if strings.HasPrefix(k, string(prefix)) {
+			n++
+		}
+	}
+	return n
 }
