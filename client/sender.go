@@ -291,7 +291,11 @@ func (s *sender) sendBatch(ctx context.Context, routeKey []byte, write, async bo
 		if err != nil {
 			return nil, &stopError{err}
 		}
+		// A synchronous write or a proof waits for a consensus round
+		// (RoundCounter, stats.go).
+		done := waitForRound(ctx, (write && !async) || (len(reqs) > 0 && reqs[0].GetQueryIntent() != nil))
 		resp, err := kv.Batch(ctx, &rpcpb.BatchRequest{RangeId: d.GetRangeId(), Requests: reqs, AsyncConsensus: async})
+		done()
 		if err != nil {
 			return nil, err
 		}

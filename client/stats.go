@@ -1,6 +1,10 @@
 package client
 
-import "sync/atomic"
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
 
 // countingInt is a counter safe for concurrent use.
 type countingInt struct{ v atomic.Int64 }
@@ -76,5 +80,82 @@ func (db *DB) Stats() Stats {
 		OnePCCommits:          db.stats.onePCCommits.load(),
 		ParallelCommits:       db.stats.parallelCommits.load(),
 		Recovered:             db.stats.recovered.load(),
+	}
+}
+
+// RoundCounter counts, for the requests sent with a context from
+// WithRoundCounter (a transaction's operations and its commit, with every
+// goroutine they start), the waits for a consensus round on that caller's
+// critical path. A batch waits for a round when it writes without async
+// consensus (a synchronous PutIntent, a status or STAGING
+// put-unless-exists) or proves in-flight writes (QueryIntent: the
+// leaseholder answers once the write's round is over). Batches in flight
+// at once, as the proofs to several ranges or a STAGING record beside the
+// proofs, are one round: a round starts when such a batch is sent while no
+// other of the same counter is in flight. Each attempt of a batch counts
+// (a resend is a wait of its own).
+//
+// Not counted: the oracle's Timestamps RPCs (sent on the DB's context for
+// all waiting callers; Stats.TimestampRPCs), the one-phase commit's
+// CommitOnePC, and the work done after the caller is answered (intent
+// resolution, the COMMITTED record of a parallel commit, heartbeats). For
+// benchmarks (canopy bench pipeline): it measures what the latency models
+// of docs/design-notes.md predict.
+type RoundCounter struct {
+	mu struct {
+		sync.Mutex
+		// inFlight is the number of consensus-waiting batches sent and not
+		// answered. Invariant: inFlight >= 0.
+		inFlight int
+		rounds   int64
+		batches  int64
+	}
+}
+
+// RoundCounts is what a RoundCounter counted.
+type RoundCounts struct {
+	// ConsensusRounds is the number of sequential waits for consensus;
+	// ConsensusBatches the batches that waited (parallel ones each count).
+	ConsensusRounds  int64
+	ConsensusBatches int64
+}
+
+type roundCounterKey struct{}
+
+// WithRoundCounter returns ctx carrying c: the requests sent with it (or
+// with a context derived from it) are counted in c.
+func WithRoundCounter(ctx context.Context, c *RoundCounter) context.Context {
+	return context.WithValue(ctx, roundCounterKey{}, c)
+}
+
+// Counts returns the counts so far.
+func (c *RoundCounter) Counts() RoundCounts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return RoundCounts{ConsensusRounds: c.mu.rounds, ConsensusBatches: c.mu.batches}
+}
+
+// waitForRound records the start of a batch sent with ctx that waits for
+// a consensus round if waits, and returns the function to call when it is
+// answered. Without a counter in ctx it does nothing.
+func waitForRound(ctx context.Context, waits bool) (done func()) {
+	c, _ := ctx.Value(roundCounterKey{}).(*RoundCounter)
+	if c == nil || !waits {
+		return func() {}
+	}
+	c.mu.Lock()
+	if c.mu.inFlight == 0 {
+		c.mu.rounds++
+	}
+	c.mu.inFlight++
+	c.mu.batches++
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		c.mu.inFlight--
+		if c.mu.inFlight < 0 {
+			panic("client: RoundCounter: more batches answered than sent")
+		}
+		c.mu.Unlock()
 	}
 }

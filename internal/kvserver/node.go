@@ -166,6 +166,8 @@ type Node struct {
 	active     map[uint64]struct{}
 	balanceDue map[uint64]struct{}
 	balanceRun int
+	// leaderPreference: see SetLeaderPreference (bench_hooks.go).
+	leaderPreference leaderPreference
 	// gcState: what version GC rounds remember per range (gc.go), under
 	// gcMu, held for a whole round.
 	gcMu        sync.Mutex
@@ -805,7 +807,7 @@ func (n *Node) balance() {
 		if !st.IsLeader || d == nil {
 			continue
 		}
-		if p := preferredLeader(d); p != n.NodeID() {
+		if p := n.preferredLeaderOf(d); p != n.NodeID() {
 			for _, id := range st.CaughtUp {
 				if id == p {
 					rr.r.TransferLeader(p)

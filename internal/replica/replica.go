@@ -180,6 +180,12 @@ type Status struct {
 	// leader's and that were recently active: safe targets for a
 	// leadership transfer.
 	CaughtUp []uint64
+	// Replicating lists, on the leader, the followers that were recently
+	// active and take appends (Raft's StateReplicate): neither waiting for
+	// a snapshot nor probed for where their log diverges. They may lag by
+	// the appends in flight. A follower missing from it is not caught up
+	// (metrics: under-replicated ranges).
+	Replicating []uint64
 	// Leaseholder: this replica is the leader and has applied an entry of
 	// its own term (the empty entry Raft appends on election). Every entry
 	// of an earlier term is then applied here, and every later entry is
@@ -328,6 +334,8 @@ type Replica struct {
 	// workers counts the workers inside a round with this replica; more
 	// than one is a scheduler bug and panics (Scheduler.work).
 	workers atomic.Int32
+	// readIndexRounds: see ReadIndexRounds (metrics.go). Atomic.
+	readIndexRounds readIndexRounds
 
 	// raftMu guards the RawNode and everything below it. A worker holds it
 	// while it handles the replica's Ready (see Scheduler.round), Stop
@@ -720,17 +728,21 @@ func (r *Replica) ReadIndex(ctx context.Context) error {
 
 func (r *Replica) publishStatus() {
 	bs := r.rn.BasicStatus()
-	var caughtUp []uint64
+	var caughtUp, replicating []uint64
 	if bs.RaftState == raft.StateLeader {
 		r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
 			if id != r.cfg.NodeID && pr.RecentActive && pr.Match == r.lastIndex {
 				caughtUp = append(caughtUp, id)
+			}
+			if id != r.cfg.NodeID && pr.RecentActive && pr.State == tracker.StateReplicate {
+				replicating = append(replicating, id)
 			}
 		})
 	}
 	isLeader := bs.RaftState == raft.StateLeader
 	st := &Status{
 		CaughtUp:    caughtUp,
+		Replicating: replicating,
 		RangeID:     r.cfg.RangeID,
 		Leader:      bs.Lead,
 		IsLeader:    isLeader,
@@ -818,6 +830,7 @@ func (r *Replica) drainInbox() {
 			continue
 		}
 		r.proposals[p.id] = p
+		r.scheduler.prom.proposals.Inc()
 	}
 	if len(reads) > 0 {
 		if !isLeader {
@@ -826,6 +839,7 @@ func (r *Replica) drainInbox() {
 			}
 		} else {
 			// One ReadIndex serves every read queued so far.
+			r.readIndexRounds.Add(1)
 			r.readIndex(reads, term)
 		}
 	}
