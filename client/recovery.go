@@ -148,6 +148,17 @@ func (db *DB) abortOrRecover(ctx context.Context, startTs uint64) (decision, err
 			}
 			db.stats.recovered.add(1)
 			db.statuses.put(startTs, d.commitTs)
+			// Its coordinator is gone: resolve every staged write, not
+			// only those this reader met (resolving as aborted also drops
+			// the refusals recovery left). Best effort: readers resolve
+			// what is left when they meet it.
+			ks := make([][]byte, len(st.Writes))
+			for i, w := range st.Writes {
+				ks[i] = w.Key
+			}
+			if err := db.resolveKeys(ctx, startTs, d.commitTs, ks); err != nil {
+				db.opts.Logger.Debug("canopy client: resolving a recovered transaction's writes failed", "start_ts", startTs, "err", err)
+			}
 			return d, nil
 		}
 	}

@@ -113,6 +113,9 @@ type txnCommitter struct {
 	onePCKey []byte
 	stagedTs uint64
 	staged   []inFlightWrite
+	// recovered is the decision our own recovery reached (final), so
+	// that the abort after a failed parallel commit does not recover again.
+	recovered *decision
 	// stepHook is Options.TestingCommitStep.
 	stepHook func(startTs uint64, step string)
 }
@@ -199,7 +202,7 @@ func (c *txnCommitter) commit(ctx context.Context, inFlight []inFlightWrite) (*t
 // the record may be there, so recovery decides (never a blind abort).
 func (c *txnCommitter) parallelCommit(ctx context.Context, commitTs uint64, ws []inFlightWrite) (*txnResp, error) {
 	c.step("staging")
-	c.stagedTs, c.staged = commitTs, ws
+	c.stagedTs, c.staged, c.recovered = commitTs, ws, nil
 	var wg sync.WaitGroup
 	var sr *txnResp
 	var serr error
@@ -300,6 +303,9 @@ func (c *txnCommitter) missingWrite(ws []inFlightWrite, proven []bool) error {
 // Failure: ErrAmbiguous, since the STAGING record may be there with every
 // write in place.
 func (c *txnCommitter) recoverOwn(ctx context.Context) (decision, error) {
+	if c.recovered != nil {
+		return *c.recovered, nil
+	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.abortTimeout)
 	defer cancel()
 	rr, err := c.next.send(lctx, &txnReq{op: opRecover, ts: c.stagedTs, proofs: c.staged})
@@ -310,6 +316,7 @@ func (c *txnCommitter) recoverOwn(ctx context.Context) (decision, error) {
 		return decision{}, fmt.Errorf("%w: parallel commit of transaction %d: recovery failed: %w", ErrAmbiguous, c.startTs, err)
 	}
 	c.stats.ambiguousResolved.add(1)
+	c.recovered = &rr.d
 	return rr.d, nil
 }
 
