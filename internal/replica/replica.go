@@ -830,7 +830,6 @@ func (r *Replica) drainInbox() {
 			continue
 		}
 		r.proposals[p.id] = p
-		r.scheduler.prom.proposals.Inc()
 	}
 	if len(reads) > 0 {
 		if !isLeader {
