@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -198,4 +200,27 @@ func (c *fakeCluster) plainCount(prefix []byte) int {
 		}
 	}
 	return n
+}
+
+// TestParallelCommitTooManyStagedBytes: in-flight keys too large for one
+// STAGING value (the server's ValueBytesMax) take the ordinary path:
+// proofs, then the commit point; no STAGING put is sent.
+func TestParallelCommitTooManyStagedBytes(t *testing.T) {
+	var log stepLog
+	lower := newScriptedLower(&log)
+	var st stats
+	c := &txnCommitter{next: lower, startTs: 100, abortTimeout: time.Second, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), stats: &st}
+	big := strings.Repeat("k", stagingBytesMax/2)
+	ws := []inFlightWrite{{key: []byte(big + "1"), seq: 1}, {key: []byte(big + "2"), seq: 2}}
+	resp, err := c.send(bg, &txnReq{op: opCommit, proofs: ws})
+	if err != nil || resp.implicit {
+		t.Fatalf("commit: %+v %v", resp, err)
+	}
+	var ops []string
+	for _, l := range log.take() {
+		ops = append(ops, strings.Fields(l)[1])
+	}
+	if got := strings.Join(ops, " "); got != "timestamp refresh prove put-status" {
+		t.Fatalf("requests: %s", got)
+	}
 }

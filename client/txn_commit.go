@@ -2,12 +2,14 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/txnstatus"
 )
 
@@ -184,8 +186,22 @@ func (c *txnCommitter) commit(ctx context.Context, inFlight []inFlightWrite) (*t
 	if _, err := c.next.send(ctx, &txnReq{op: opRefresh, ts: commitTs}); err != nil {
 		return nil, err
 	}
-	if len(inFlight) > 0 {
+	if len(inFlight) > 0 && stagingBytes(inFlight) <= stagingBytesMax {
 		return c.parallelCommit(ctx, commitTs, inFlight)
+	}
+	if len(inFlight) > 0 {
+		// Too many staged keys for one STAGING value: prove first, then
+		// the ordinary commit point (safe: commit_ts was taken after every
+		// write was answered, see parallelCommit).
+		pr, err := c.next.send(ctx, &txnReq{op: opProve, proofs: inFlight})
+		if err != nil {
+			return nil, err
+		}
+		for i := range inFlight {
+			if i >= len(pr.proven) || !pr.proven[i] {
+				return nil, c.missingWrite(inFlight, pr.proven)
+			}
+		}
 	}
 	ts, err := c.putCommitted(ctx, commitTs)
 	if err != nil {
@@ -279,6 +295,21 @@ func (c *txnCommitter) step(s string) {
 	if c.stepHook != nil {
 		c.stepHook(c.startTs, s)
 	}
+}
+
+// stagingBytesMax bounds the STAGING value (keys.ValueBytesMax, less room
+// for its header): the server refuses larger values. Options.
+// PipelinedBytesMax may allow more in-flight key bytes than that; such a
+// commit takes the ordinary path.
+const stagingBytesMax = keys.ValueBytesMax - 1024
+
+// stagingBytes is an upper bound of the STAGING value's size for ws.
+func stagingBytes(ws []inFlightWrite) int {
+	n := 16
+	for _, w := range ws {
+		n += len(w.key) + 8 + binary.MaxVarintLen64
+	}
+	return n
 }
 
 // missingWrite is the error of a parallel commit whose proofs found a
