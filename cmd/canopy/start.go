@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	var store, listen, advertise, join, mode, cpuprofile, minFree string
+	var store, listen, advertise, join, mode, cpuprofile, minFree, rangeMaxSize string
 	var tick time.Duration
 	var threshold int
 	var sched replica.SchedulerConfig
@@ -43,12 +43,17 @@ func init() {
 			if err != nil {
 				return err
 			}
+			rangeMaxBytes, err := parseRangeMaxSize(rangeMaxSize)
+			if err != nil {
+				return err
+			}
 			n, err := kvserver.Start(kvserver.Config{
 				StoreDir: store, ListenAddr: listen, AdvertiseAddr: advertise,
 				Join: peers, TickInterval: tick, Logger: logger,
 				Storage:           storage.Options{Mode: m, ThresholdBytes: threshold, Fatal: storeFatal(store)},
 				RaftScheduler:     sched,
 				StoreMinFreeBytes: minFreeBytes,
+				RangeSplitBytes:   rangeMaxBytes,
 			})
 			if err != nil {
 				return err
@@ -101,6 +106,7 @@ func init() {
 	cmd.Flags().IntVar(&threshold, "value-threshold", storage.DefaultThresholdBytes, "values of at least this many bytes go to blob files (separating modes)")
 	cmd.Flags().IntVar(&sched.Workers, "raft-workers", 0, fmt.Sprintf("workers handling the Raft work of the node's ranges (0: max(1, min(GOMAXPROCS/2, 8)); at most %d)", replica.SchedulerWorkersMax))
 	cmd.Flags().IntVar(&sched.BatchRangesMax, "raft-batch-ranges", 0, fmt.Sprintf("ranges a worker persists in one batch with one sync (0: 64; at most %d; 1: one commit per range)", replica.SchedulerBatchRangesLimit))
+	cmd.Flags().StringVar(&rangeMaxSize, "range-max-size", "64MiB", "split a range whose estimated size on disk passes this (off: never); e.g. 512MiB")
 	cmd.Flags().StringVar(&minFree, "store-min-free", "0", "refuse writes while the store's disk has less free space than this (0: 1% of the disk, at least 32MiB, at most 1GiB; off: no check); e.g. 512MiB, 2GB")
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the node, from start until SIGINT/SIGTERM, to this file")
 	rootCmd.AddCommand(cmd)

@@ -28,6 +28,33 @@ func parseStoreMinFree(s string) (int64, error) {
 	if s == "off" {
 		return -1, nil
 	}
+	v, ok := parseBytes(s)
+	if !ok {
+		return 0, fmt.Errorf("--store-min-free %q: want 0 (default), off, or a size in [0, 1 PiB] such as 512MiB or 2GB", s)
+	}
+	return v, nil
+}
+
+// parseRangeMaxSize parses --range-max-size: the size past which a range
+// is split (kvserver.Config.RangeSplitBytes; off: -1, never).
+func parseRangeMaxSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "off" {
+		return -1, nil
+	}
+	v, ok := parseBytes(s)
+	if !ok || v < RangeMaxSizeMin {
+		return 0, fmt.Errorf("--range-max-size %q: want off or a size in [%d bytes, 1 PiB] such as 64MiB", s, RangeMaxSizeMin)
+	}
+	return v, nil
+}
+
+// RangeMaxSizeMin bounds --range-max-size from below: smaller ranges
+// would split on every few writes.
+const RangeMaxSizeMin = 64 << 10
+
+// parseBytes parses a byte size such as 512MiB, 2GB or 4096, in [0, 1 PiB].
+func parseBytes(s string) (int64, bool) {
 	num, mult := s, int64(1)
 	for _, u := range byteUnits {
 		if strings.HasSuffix(s, u.suffix) {
@@ -37,9 +64,9 @@ func parseStoreMinFree(s string) (int64, error) {
 	}
 	v, err := strconv.ParseFloat(num, 64)
 	if err != nil || v < 0 || v*float64(mult) > 1<<50 {
-		return 0, fmt.Errorf("--store-min-free %q: want 0 (default), off, or a size in [0, 1 PiB] such as 512MiB or 2GB", s)
+		return 0, false
 	}
-	return int64(v * float64(mult)), nil
+	return int64(v * float64(mult)), true
 }
 
 // storeFatal returns the storage engine's Fatal hook for the store in dir:

@@ -56,6 +56,10 @@ type Config struct {
 	// GCTTL is how long old versions stay readable (default 10 minutes):
 	// a transaction older than this gets TS_BELOW_GC_THRESHOLD and retries.
 	GCTTL time.Duration
+	// RangeSplitBytes: a user range whose estimated size on disk passes
+	// it is split in two by its leaseholder (autosplit.go). 0: the default
+	// DefaultRangeSplitBytes; negative: never.
+	RangeSplitBytes int64
 	// GCInterval is how often a leader collects old versions of its
 	// ranges (default 1 minute).
 	GCInterval time.Duration
@@ -100,6 +104,9 @@ func (c *Config) ensureDefaults() error {
 	}
 	if c.GCTTL == 0 {
 		c.GCTTL = 10 * time.Minute
+	}
+	if c.RangeSplitBytes == 0 {
+		c.RangeSplitBytes = DefaultRangeSplitBytes
 	}
 	if c.GCInterval == 0 {
 		c.GCInterval = time.Minute
@@ -793,6 +800,16 @@ func (n *Node) balance() {
 	if sweep {
 		reps = n.replicaList()
 	} else {
+		// The ranges that woke since the last round, and those still
+		// awake (a busy range wakes once and stays active).
+		n.activeMu.Lock()
+		for id := range n.active {
+			if due == nil {
+				due = map[uint64]struct{}{}
+			}
+			due[id] = struct{}{}
+		}
+		n.activeMu.Unlock()
 		n.mu.RLock()
 		for id := range due {
 			if rr := n.mu.replicas[id]; rr != nil {
@@ -801,6 +818,7 @@ func (n *Node) balance() {
 		}
 		n.mu.RUnlock()
 	}
+	splitDone := false
 	for _, rr := range reps {
 		st := rr.r.Status()
 		d := rr.sm.Desc()
@@ -812,6 +830,15 @@ func (n *Node) balance() {
 				if id == p {
 					rr.r.TransferLeader(p)
 				}
+			}
+		}
+		if !splitDone && st.Leaseholder {
+			// At most one size-based split per round (autosplit.go).
+			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
+			splitDone = n.maybeSplitBySize(ctx, rr)
+			cancel()
+			if splitDone {
+				continue
 			}
 		}
 		if gen, ok := n.metaChecked[d.RangeId]; (ok && gen == d.Generation) || d.Generation == 0 {

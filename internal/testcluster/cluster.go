@@ -40,8 +40,10 @@ type Options struct {
 	GCInterval time.Duration
 	// LockWaitMax of the nodes (kvserver default if zero).
 	LockWaitMax time.Duration
-	Storage     storage.Options
-	Logger      *slog.Logger
+	// RangeSplitBytes of the nodes (kvserver default if zero).
+	RangeSplitBytes int64
+	Storage         storage.Options
+	Logger          *slog.Logger
 }
 
 // Cluster is a running in-process cluster.
@@ -137,16 +139,17 @@ func Start(opts Options) (*Cluster, error) {
 
 func (c *Cluster) startNode(i int, lis net.Listener) error {
 	n, err := kvserver.Start(kvserver.Config{
-		StoreDir:     filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
-		ListenAddr:   c.addrs[i],
-		Listener:     lis,
-		Join:         c.addrs,
-		TickInterval: c.opts.TickInterval,
-		GCTTL:        c.opts.GCTTL,
-		GCInterval:   c.opts.GCInterval,
-		LockWaitMax:  c.opts.LockWaitMax,
-		Storage:      c.opts.Storage,
-		Logger:       c.opts.Logger,
+		StoreDir:        filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
+		ListenAddr:      c.addrs[i],
+		Listener:        lis,
+		Join:            c.addrs,
+		TickInterval:    c.opts.TickInterval,
+		GCTTL:           c.opts.GCTTL,
+		GCInterval:      c.opts.GCInterval,
+		LockWaitMax:     c.opts.LockWaitMax,
+		RangeSplitBytes: c.opts.RangeSplitBytes,
+		Storage:         c.opts.Storage,
+		Logger:          c.opts.Logger,
 	})
 	if err != nil {
 		return fmt.Errorf("starting node %d: %w", i+1, err)

@@ -1,0 +1,122 @@
+package kvserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/mvcc"
+	"github.com/canopy-db/canopy/internal/storage"
+)
+
+// Size-based splitting: a user range whose estimated size on disk passes
+// Config.RangeSplitBytes is split by its leaseholder at the key that
+// halves its data, so that ranges, and with them snapshots, stay bounded
+// whatever is written. The balance loop checks the ranges that were active
+// since its last round (a quiescent range does not grow) and splits at
+// most one range per round.
+
+// DefaultRangeSplitBytes is the default of Config.RangeSplitBytes, of the
+// order of CockroachDB's default range size.
+const DefaultRangeSplitBytes = 64 << 20
+
+// rangeDiskBytes estimates the bytes rr's user data takes on disk (the
+// sstables overlapping its span; the memtable is not counted).
+func (n *Node) rangeDiskBytes(rr *rangeReplica) (uint64, bool) {
+	d := rr.sm.Desc()
+	if d == nil || bytes.Compare(d.StartKey, keys.UserPrefix) < 0 {
+		return 0, false
+	}
+	lo, hi := mvcc.SpanBounds(d.StartKey, d.EndKey)
+	size, err := n.eng.DB().EstimateDiskUsage(lo, hi)
+	if err != nil {
+		return 0, false
+	}
+	return size, true
+}
+
+// maybeSplitBySize splits rr, which this node leads, if it has grown past
+// the threshold. It reports whether it proposed a split.
+func (n *Node) maybeSplitBySize(ctx context.Context, rr *rangeReplica) bool {
+	limit := n.cfg.RangeSplitBytes
+	if limit <= 0 {
+		return false
+	}
+	size, ok := n.rangeDiskBytes(rr)
+	if !ok || size < uint64(limit) {
+		return false
+	}
+	d := rr.sm.Desc()
+	key, err := splitKeyBySize(n.eng, d.StartKey, d.EndKey)
+	if err != nil || key == nil {
+		n.log.Debug("size-based split: no split key", "range", d.RangeId, "bytes", size, "err", err)
+		return false
+	}
+	resp := n.splitLocal(ctx, rr, key)
+	if resp.Error != nil {
+		n.log.Warn("size-based split failed", "range", d.RangeId, "bytes", size, "err", resp.Error.Message)
+		return false
+	}
+	n.log.Info("split a range by size", "range", d.RangeId, "bytes_on_disk", size, "limit", limit,
+		"left", resp.Left.GetRangeId(), "right", resp.Right.GetRangeId())
+	return true
+}
+
+// errSplitKeyFound ends splitKeyBySize's scan.
+var errSplitKeyFound = errors.New("found")
+
+// splitKeyBySize returns the logical key at which [start, end) divides its
+// data (keys and values, every version) in two halves, or nil if the span
+// holds fewer than two logical keys. The key is the first key of the right
+// half, never start. Two passes over the span: sizes, then the key.
+func splitKeyBySize(r storage.Reader, start, end []byte) ([]byte, error) {
+	var total int64
+	var last []byte
+	keysSeen := 0
+	err := mvcc.IterateSpan(r, start, end, func(pk, v []byte) error {
+		total += int64(len(pk) + len(v))
+		k, _, _, err := mvcc.DecodeKey(pk)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(k, last) {
+			keysSeen++
+			last = append(last[:0], k...)
+		}
+		return nil
+	})
+	if err != nil || keysSeen < 2 {
+		return nil, err
+	}
+	var acc int64
+	var split []byte
+	last = last[:0]
+	err = mvcc.IterateSpan(r, start, end, func(pk, v []byte) error {
+		k, _, _, err := mvcc.DecodeKey(pk)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(k, last) {
+			// A logical key boundary: the right half may start here.
+			if acc*2 >= total && !bytes.Equal(k, start) {
+				split = append([]byte(nil), k...)
+				return errSplitKeyFound
+			}
+			last = append(last[:0], k...)
+		}
+		acc += int64(len(pk) + len(v))
+		return nil
+	})
+	if errors.Is(err, errSplitKeyFound) {
+		return split, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Half the data is in the last key: split before it.
+	if !bytes.Equal(last, start) && len(last) > 0 {
+		return append([]byte(nil), last...), nil
+	}
+	return nil, nil
+}
