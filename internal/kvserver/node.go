@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/storage"
 	"github.com/canopy-db/canopy/internal/tso"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -78,6 +79,15 @@ type Config struct {
 	// commit); its Engine is the node's.
 	RaftScheduler replica.SchedulerConfig
 	Logger        *slog.Logger
+	// HTTPAddr, if not empty, is where the node serves HTTP: Prometheus
+	// metrics at /metrics, health at /health (http.go). Port 0 picks one.
+	// HTTPListener, if set, is used instead.
+	HTTPAddr     string
+	HTTPListener net.Listener
+	// Metrics is the registry the node's metrics (and those of its engine,
+	// Raft scheduler and oracle) are registered on, and that /metrics
+	// serves. nil: a registry of the node's own.
+	Metrics *prometheus.Registry
 }
 
 func (c *Config) ensureDefaults() error {
@@ -120,6 +130,10 @@ func (c *Config) ensureDefaults() error {
 	if c.DiskFullLogInterval == 0 {
 		c.DiskFullLogInterval = DefaultDiskFullLogInterval
 	}
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
+	}
+	c.Storage.Metrics, c.RaftScheduler.Metrics = c.Metrics, c.Metrics
 	return nil
 }
 
@@ -198,6 +212,8 @@ type Node struct {
 	failure storeFailure
 	// disk watches the free space of the store's disk (diskspace.go).
 	disk *diskMonitor
+	// ops: metrics, health and the HTTP server (http.go).
+	ops ops
 }
 
 // trackHandler is a unary interceptor counting handlers in flight.
@@ -234,20 +250,26 @@ func Start(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, eng: eng, log: cfg.Logger, stopc: make(chan struct{}), disk: disk}
 	n.failure.init()
 	n.stopCtx, n.stopCancel = context.WithCancel(context.Background())
+	if err := n.initOps(); err != nil {
+		_ = eng.Close()
+		return nil, err
+	}
 	n.mu.nodes = map[uint64]string{}
 	n.mu.replicas = map[uint64]*rangeReplica{}
 	n.mu.conns = map[string]*grpc.ClientConn{}
 	schedCfg := cfg.RaftScheduler
 	schedCfg.Engine = eng
 	if n.sched, err = replica.NewScheduler(schedCfg); err != nil {
+		n.unregisterOps()
 		_ = eng.Close()
 		return nil, err
 	}
 	n.transport = newTransport(n)
 	n.liveness = newLiveness(cfg.ElectionTicks)
 	n.metaChecked = map[uint64]uint64{}
-	n.oracle = tso.New(tso.Options{}, &oraclePersister{n: n})
+	n.oracle = tso.New(tso.Options{Metrics: n.ops.metrics.tso}, &oraclePersister{n: n})
 	n.tsBatcher = tso.NewBatcher(NodeTimestampBatchMax, n.fetchTimestamps)
+	n.tsBatcher.SetMetrics(n.ops.metrics.tso)
 	n.detector = concurrency.NewDetector()
 
 	lis := cfg.Listener
@@ -281,9 +303,11 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
-		grpc.ChainUnaryInterceptor(n.identityUnary, n.trackHandler), grpc.StreamInterceptor(n.identityStream))
+		grpc.ChainUnaryInterceptor(n.identityUnary, n.trackHandler, n.ops.metrics.grpc.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(n.identityStream, n.ops.metrics.grpc.StreamServerInterceptor()))
 	rpcpb.RegisterKVServer(n.srv, &kvService{n: n})
 	rpcpb.RegisterInternalServer(n.srv, &internalService{n: n})
+	n.registerOps() // http.go: gRPC health service
 	n.wg.Add(5)
 	go func() { defer n.wg.Done(); _ = n.srv.Serve(lis) }()
 	go n.runEvery(n.cfg.DiskCheckInterval, func() { n.disk.check(time.Now()) })
@@ -300,6 +324,10 @@ func Start(cfg Config) (*Node, error) {
 			defer cancel()
 			n.checkPeersIdentity(ctx)
 		}()
+	}
+	if err := n.startOps(); err != nil { // http.go
+		n.Stop()
+		return nil, err
 	}
 	return n, nil
 }
@@ -339,6 +367,7 @@ func (n *Node) Stop() {
 	}
 	close(n.stopc)
 	n.stopCancel()
+	n.stopOps() // http.go: before the store closes
 	n.srv.Stop()
 	n.transport.stop()
 	n.mu.Lock()
@@ -365,6 +394,7 @@ func (n *Node) Stop() {
 		rr.r.Stop()
 	}
 	n.sched.Close()
+	n.unregisterOps()
 	_ = n.eng.Close()
 }
 

@@ -2,6 +2,8 @@ package kvserver
 
 import (
 	"context"
+	"time"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -25,7 +27,10 @@ type internalService struct {
 
 // Batch implements rpcpb.KVServer.
 func (s *kvService) Batch(ctx context.Context, req *rpcpb.BatchRequest) (*rpcpb.BatchResponse, error) {
-	return s.n.batch(ctx, req), nil
+	start := time.Now()
+	resp := s.n.batch(ctx, req)
+	s.n.observeBatch(req, resp, start) // metrics.go
+	return resp, nil
 }
 
 func (n *Node) batch(ctx context.Context, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {

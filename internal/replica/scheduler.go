@@ -7,8 +7,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/canopy-db/canopy/internal/storage"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Limits of SchedulerConfig.
@@ -46,6 +48,9 @@ type SchedulerConfig struct {
 	// the rest of its ranges (default 16 MiB). A single range's Ready may
 	// exceed it.
 	BatchBytesMax int
+	// Metrics, if not nil, is where the scheduler registers its Prometheus
+	// metrics (raft_metrics.go) while it runs; nil: none registered.
+	Metrics prometheus.Registerer
 }
 
 // EnsureDefaults fills the zero fields with their defaults.
@@ -137,6 +142,8 @@ type Scheduler struct {
 	metrics struct {
 		rounds, commits, syncs, rangesPersisted, rangesSynced atomic.Uint64
 	}
+	// prom: the Prometheus metrics (raft_metrics.go).
+	prom *raftMetrics
 	// testingRoundHook, if set, runs at the start of each round with its
 	// replicas; testingCommitHook before each group commit (tests).
 	testingRoundHook  func([]*Replica)
@@ -165,6 +172,10 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		return nil, err
 	}
 	s := &Scheduler{cfg: cfg}
+	var err error
+	if s.prom, err = newRaftMetrics(s, cfg.Metrics); err != nil {
+		return nil, err
+	}
 	s.cond = sync.NewCond(&s.mu.Mutex)
 	s.wg.Add(cfg.Workers)
 	for i := 0; i < cfg.Workers; i++ {
@@ -193,6 +204,7 @@ func (s *Scheduler) Metrics() SchedulerMetrics {
 func (s *Scheduler) Close() {
 	s.closeAsync()
 	s.wg.Wait()
+	s.prom.unregister()
 }
 
 // closeAsync stops the workers without waiting for them.
@@ -363,6 +375,8 @@ func (s *Scheduler) round(batch []*Replica, more []bool) int {
 		h(batch)
 	}
 	s.metrics.rounds.Add(1)
+	start := time.Now()
+	defer func() { s.prom.roundSeconds.Observe(time.Since(start).Seconds()) }()
 	wb := s.cfg.Engine.NewWriteBatch()
 	defer wb.Close()
 	var pending []*pendingReady
@@ -389,8 +403,12 @@ func (s *Scheduler) round(batch []*Replica, more []bool) int {
 			if h := s.testingCommitHook; h != nil {
 				h()
 			}
+			commitStart := time.Now()
 			if err := wb.Commit(sync); err != nil {
 				panic(fmt.Sprintf("replica: persisting the Raft state of %d ranges: %v", wrote, err))
+			}
+			if sync {
+				s.prom.syncSeconds.Observe(time.Since(commitStart).Seconds())
 			}
 			s.metrics.commits.Add(1)
 			s.metrics.rangesPersisted.Add(uint64(wrote))

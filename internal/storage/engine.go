@@ -58,6 +58,8 @@ type Engine struct {
 	gc      gcLoop
 	// corrupt records the first file Pebble reported corrupt (events.go).
 	corrupt *corruptionRecorder
+	// metrics is the engine's Prometheus collector (metrics.go).
+	metrics *collector
 }
 
 // Open opens or creates the engine in dir.
@@ -108,6 +110,11 @@ func Open(dir string, opts Options) (*Engine, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	if err := e.registerMetrics(); err != nil {
+		_ = e.blobs.close()
+		_ = db.Close()
+		return nil, err
+	}
 	if opts.Mode.separates() && !opts.GC.Disabled {
 		e.gc.start(e)
 	}
@@ -116,6 +123,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 
 // Close closes the engine.
 func (e *Engine) Close() error {
+	e.unregisterMetrics()
 	e.gc.stop()
 	err := e.blobs.close()
 	if cerr := e.db.Close(); err == nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/canopy-db/canopy/internal/vlog"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Mode chooses how a store keeps large values. It is a property of the
@@ -101,6 +102,10 @@ type Options struct {
 	// space left on device"). It must not return; the command uses it to
 	// print one error line and exit. nil: panic with the message.
 	Fatal func(msg string)
+	// Metrics, if not nil, is where the engine registers its Prometheus
+	// collector (Pebble's metrics and the value log's counters, read at
+	// scrape time; metrics.go) from Open until Close.
+	Metrics prometheus.Registerer
 }
 
 // GCOptions configure blob garbage collection. The zero value is the default.

@@ -19,6 +19,8 @@ import (
 type Batcher struct {
 	fetch    func(n int) (first uint64, err error)
 	batchMax int
+	// metrics: see SetMetrics (metrics.go); nil counts nothing.
+	metrics *Metrics
 
 	mu struct {
 		sync.Mutex
@@ -49,6 +51,7 @@ func NewBatcher(batchMax int, fetch func(n int) (first uint64, err error)) *Batc
 // Timestamp returns a fresh timestamp, or the fetch's error, or ctx's
 // error if ctx ends first (the timestamp is then simply not used).
 func (b *Batcher) Timestamp(ctx context.Context) (uint64, error) {
+	b.metrics.batcherRequest()
 	ch := make(chan batchResult, 1)
 	b.mu.Lock()
 	b.mu.waiting = append(b.mu.waiting, ch)
@@ -86,6 +89,7 @@ func (b *Batcher) run() {
 		b.mu.waiting = append([]chan batchResult(nil), b.mu.waiting[n:]...)
 		b.mu.Unlock()
 
+		b.metrics.batcherFetch(n)
 		first, err := b.fetch(n)
 		for i, ch := range batch {
 			if err != nil {

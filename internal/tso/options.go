@@ -49,6 +49,9 @@ type Options struct {
 	// (a competing leader) before giving up with ErrBoundContended.
 	// Default 3.
 	CASAttemptsMax int
+	// Metrics, if not nil, counts the oracle's requests and bound
+	// extensions (metrics.go).
+	Metrics *Metrics
 }
 
 // EnsureDefaults fills zero fields with their defaults.

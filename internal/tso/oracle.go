@@ -141,6 +141,7 @@ func (o *Oracle) Reset() {
 // ReadIndex) after Allocate returns and before it hands the timestamps to
 // anyone; see the package documentation.
 func (o *Oracle) Allocate(ctx context.Context, count uint32) (first uint64, err error) {
+	defer func() { o.opts.Metrics.allocated(count, err) }()
 	if count == 0 || count > o.opts.AllocateCountMax {
 		return 0, fmt.Errorf("%w: count %d not in [1, %d]", ErrInvalidArgument, count, o.opts.AllocateCountMax)
 	}
@@ -272,6 +273,14 @@ func (o *Oracle) extend(ctx context.Context, epoch uint64, count uint32) error {
 		o.mu.Unlock()
 
 		current, ok, err := o.p.CASBound(ctx, expected, target)
+		switch {
+		case err != nil:
+			o.opts.Metrics.extended("error")
+		case ok:
+			o.opts.Metrics.extended("won")
+		default:
+			o.opts.Metrics.extended("moved")
+		}
 		if err != nil {
 			// Unknown outcome. If the CAS happened, the next one from
 			// expected fails and the failure path below catches up.

@@ -1,0 +1,264 @@
+package kvserver
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/replica"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/tso"
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// This file defines the node's Prometheus metrics (docs/OPERATIONS.md,
+// "Metrics and health"). Each package registers its own on the registry
+// passed down through its configuration (Config.Metrics here; the engine's
+// in storage.Options, the Raft scheduler's in replica.SchedulerConfig, the
+// oracle's in tso.Options); this one holds the node's:
+//
+//   - gRPC: grpc_server_* from go-grpc-middleware's Prometheus provider
+//     (the names etcd and most gRPC dashboards use), by service, method
+//     and gRPC code, with the handling-time histogram.
+//   - KV batches: the gRPC code of Batch is OK even when the batch fails,
+//     since the outcome is in the response; canopy_kv_batches_total and
+//     canopy_kv_batch_duration_seconds count them by request method and
+//     Canopy error code.
+//   - Requests served, intents resolved, status-table writes and lookups.
+//   - Ranges: gauges computed from the replicas when scraped (rangeGauges).
+//
+// Rejected: a registry of the package's own (prometheus.DefaultRegisterer):
+// the in-process test clusters run several nodes in one process, and each
+// node's figures must stay its own.
+
+// metrics is the node's own metrics. Registered by newMetrics, removed by
+// unregister (Stop), so that a node restarted in the same process can
+// register again on the same registry.
+type metrics struct {
+	reg  *prometheus.Registry
+	grpc *grpcprom.ServerMetrics
+	// batches and batchSeconds: KV batches, by method (of the batch's
+	// first request) and code (OK or the rpcpb.ErrorCode of the answer).
+	batches      *prometheus.CounterVec
+	batchSeconds *prometheus.HistogramVec
+	// requests: requests of successful batches, by method.
+	requests *prometheus.CounterVec
+	// intentsResolved: ResolveIntent requests of successful batches.
+	intentsResolved prometheus.Counter
+	// statusRequests: status-table requests served by this node as
+	// leaseholder, by op (write: put-unless-exists; lookup: get), the
+	// cluster's status encoding, and range (their spread over the status
+	// ranges).
+	statusRequests *prometheus.CounterVec
+	// tso: the oracle's and the timestamp batcher's.
+	tso *tso.Metrics
+
+	collectors []prometheus.Collector
+}
+
+// newMetrics makes the node's metrics and registers them on reg.
+func newMetrics(n *Node, reg *prometheus.Registry) (*metrics, error) {
+	m := &metrics{
+		reg: reg,
+		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+			grpcprom.WithHistogramBuckets(replica.LatencyBuckets))),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "canopy_kv_batches_total",
+			Help: "KV batches answered by this node, by method (of the batch's first request) and code (OK, or the Canopy error code of the answer)."},
+			[]string{"method", "code"}),
+		batchSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "canopy_kv_batch_duration_seconds",
+			Help:    "Time to answer one KV batch, by method and code (as canopy_kv_batches_total).",
+			Buckets: replica.LatencyBuckets}, []string{"method", "code"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "canopy_kv_requests_total",
+			Help: "Requests of the KV batches this node served successfully as leaseholder, by method."}, []string{"method"}),
+		intentsResolved: prometheus.NewCounter(prometheus.CounterOpts{Name: "canopy_intents_resolved_total",
+			Help: "Intents resolved (ResolveIntent requests applied) by this node as leaseholder."}),
+		statusRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "canopy_status_table_requests_total",
+			Help: "Transaction status table requests served by this node as leaseholder, by op (write: put-unless-exists of a record; lookup: a read), status encoding, and range."},
+			[]string{"op", "encoding", "range"}),
+	}
+	var err error
+	if m.tso, err = tso.NewMetrics(reg); err != nil {
+		return nil, err
+	}
+	m.collectors = []prometheus.Collector{m.grpc, m.batches, m.batchSeconds, m.requests, m.intentsResolved, m.statusRequests, &rangeGauges{n: n}}
+	for i, c := range m.collectors {
+		if err := reg.Register(c); err != nil {
+			for _, done := range m.collectors[:i] {
+				reg.Unregister(done)
+			}
+			m.tso.Unregister()
+			return nil, fmt.Errorf("kvserver: registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// unregister removes the node's metrics from its registry.
+func (m *metrics) unregister() {
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
+	m.tso.Unregister()
+}
+
+// observeBatch counts a KV batch answered after starting at start.
+func (n *Node) observeBatch(req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse, start time.Time) {
+	m := n.ops.metrics
+	method := rpcpb.MethodNone.String()
+	if len(req.Requests) > 0 {
+		method = req.Requests[0].Method().String()
+	}
+	code := "OK"
+	if resp.Error != nil {
+		code = resp.Error.Code.String()
+	}
+	m.batches.WithLabelValues(method, code).Inc()
+	m.batchSeconds.WithLabelValues(method, code).Observe(time.Since(start).Seconds())
+	if resp.Error != nil {
+		return
+	}
+	var encoding, rangeLabel string
+	for _, ru := range req.Requests {
+		meth := ru.Method()
+		m.requests.WithLabelValues(meth.String()).Inc()
+		op := ""
+		switch meth {
+		case rpcpb.MethodResolveIntent:
+			m.intentsResolved.Inc()
+		case rpcpb.MethodPlainGet:
+			op = "lookup"
+		case rpcpb.MethodPlainPutUnlessExists:
+			op = "write"
+		}
+		if op == "" || !bytes.HasPrefix(ru.Key(), keys.StatusPrefix) {
+			continue
+		}
+		if encoding == "" {
+			encoding = n.settings().GetStatusEncoding()
+			rangeLabel = strconv.FormatUint(req.RangeId, 10)
+		}
+		m.statusRequests.WithLabelValues(op, encoding, rangeLabel).Inc()
+	}
+}
+
+// rangeGauges computes the node's range gauges from its replicas when the
+// registry is scraped (a read of each replica's published status: no lock
+// of the Raft work is taken).
+//
+// Under-replicated and unavailable ranges are counted as their leader
+// sees them, so that the sum over the nodes counts each range once: a
+// leader knows which followers take its appends (replica.Status
+// .Replicating). A range with no leader has no such node; it is counted
+// by its lowest live voter that knows no leader.
+type rangeGauges struct{ n *Node }
+
+var (
+	rangesDesc = prometheus.NewDesc("canopy_ranges",
+		"Ranges of which this node holds an initialized replica.", nil, nil)
+	replicasDesc = prometheus.NewDesc("canopy_replicas",
+		"Replicas on this node, initialized or not (an uninitialized replica waits for its first snapshot).", nil, nil)
+	replicasUninitializedDesc = prometheus.NewDesc("canopy_replicas_uninitialized",
+		"Replicas on this node waiting for their first snapshot.", nil, nil)
+	leadersDesc = prometheus.NewDesc("canopy_replicas_leaders",
+		"Replicas on this node that are their range's Raft leader.", nil, nil)
+	leaseholdersDesc = prometheus.NewDesc("canopy_replicas_leaseholders",
+		"Replicas on this node that are their range's leaseholder (the leader, once it applied an entry of its term).", nil, nil)
+	quiescentDesc = prometheus.NewDesc("canopy_replicas_quiescent",
+		"Replicas on this node that are quiescent (idle: no ticks, no heartbeats).", nil, nil)
+	underReplicatedDesc = prometheus.NewDesc("canopy_ranges_underreplicated",
+		"Ranges led by this node with fewer voters than the replication factor, or with a follower that does not take appends (not heard from lately, waiting for a snapshot, or being probed).", nil, nil)
+	unavailableDesc = prometheus.NewDesc("canopy_ranges_unavailable",
+		"Ranges that cannot commit: led by this node with fewer than a quorum of voters taking appends, or with no leader (counted by their lowest live voter).", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (g *rangeGauges) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{rangesDesc, replicasDesc, replicasUninitializedDesc, leadersDesc,
+		leaseholdersDesc, quiescentDesc, underReplicatedDesc, unavailableDesc} {
+		ch <- d
+	}
+}
+
+// rangeCounts are the figures of rangeGauges.
+type rangeCounts struct {
+	ranges, replicas, uninitialized, leaders, leaseholders, quiescent int
+	underReplicated, unavailable                                      int
+}
+
+// Collect implements prometheus.Collector.
+func (g *rangeGauges) Collect(ch chan<- prometheus.Metric) {
+	c := g.n.rangeCounts()
+	for _, x := range []struct {
+		d *prometheus.Desc
+		v int
+	}{{rangesDesc, c.ranges}, {replicasDesc, c.replicas}, {replicasUninitializedDesc, c.uninitialized},
+		{leadersDesc, c.leaders}, {leaseholdersDesc, c.leaseholders}, {quiescentDesc, c.quiescent},
+		{underReplicatedDesc, c.underReplicated}, {unavailableDesc, c.unavailable}} {
+		ch <- prometheus.MustNewConstMetric(x.d, prometheus.GaugeValue, float64(x.v))
+	}
+}
+
+// rangeCounts counts the node's replicas for rangeGauges.
+func (n *Node) rangeCounts() rangeCounts {
+	var c rangeCounts
+	self := n.NodeID()
+	rf := int(n.settings().GetReplicationFactor())
+	if nodes := len(n.nodeList()); rf > nodes {
+		rf = nodes // capped, as Bootstrap caps it
+	}
+	for _, rr := range n.replicaList() {
+		c.replicas++
+		d := rr.sm.Desc()
+		if d == nil {
+			c.uninitialized++
+			continue
+		}
+		c.ranges++
+		st := rr.r.Status()
+		if st.Quiescent {
+			c.quiescent++
+		}
+		if st.Leaseholder {
+			c.leaseholders++
+		}
+		vs := voters(d)
+		switch {
+		case st.IsLeader:
+			c.leaders++
+			up := 0
+			for _, v := range vs {
+				if v == self || slices.Contains(st.Replicating, v) {
+					up++
+				}
+			}
+			if up < len(vs) || len(vs) < rf {
+				c.underReplicated++
+			}
+			if up < len(vs)/2+1 {
+				c.unavailable++
+			}
+		case st.Leader == 0:
+			if n.lowestLiveVoter(vs) == self {
+				c.unavailable++
+			}
+		}
+	}
+	return c
+}
+
+// lowestLiveVoter returns the lowest of vs that is this node or a peer
+// heard from lately (0 if none).
+func (n *Node) lowestLiveVoter(vs []uint64) uint64 {
+	self := n.NodeID()
+	var low uint64
+	for _, v := range vs {
+		if (v == self || n.liveness.heardLately(v)) && (low == 0 || v < low) {
+			low = v
+		}
+	}
+	return low
+}
