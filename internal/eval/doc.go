@@ -18,6 +18,13 @@
 //     logic and cannot diverge (I5).
 //  4. Effects lists the lock changes (intents written, intents resolved)
 //     for the leaseholder's lock table, to apply once the writes apply.
+//  5. CommitOnePC evaluates with Context.WriteTs as its commit timestamp,
+//     taken from the oracle after its latches were acquired (as for Put).
+//
+// Key records (keyrecord.go): CommitOnePC, QueryOnePC, RecoverIntent,
+// PutIntent and ResolveIntent also read or write the plain slot of a user
+// key, which holds that key's 1PC records and refusals. Reads, scans,
+// refreshes and version GC skip plain slots, so user data never sees it.
 //
 // Evaluation is deterministic: it reads only its arguments and the reader
 // it is given (no clock, no randomness, no node state), so that a command

@@ -58,6 +58,14 @@ func TestCoordinatorKilledDuringParallelCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The switches are a cluster setting, changed at run time from the
+	// CLI and read by clients (here: at Open).
+	if out := c.mustCLI("admin", "setting", c.hostFlag(), "--one-pc=off"); !strings.Contains(out, "one_pc=off") {
+		t.Fatalf("canopy admin setting --one-pc=off printed %q", out)
+	}
+	if out := c.mustCLI("admin", "setting", c.hostFlag()); !strings.Contains(out, "pipelining=default parallel_commits=default one_pc=off") {
+		t.Fatalf("canopy admin setting printed %q", out)
+	}
 	for _, ks := range killSteps {
 		t.Run(ks.step, func(t *testing.T) {
 			// '0' and 'a' are in different ranges (--initial-ranges 4).
