@@ -56,6 +56,50 @@ func checkHostPort(flag, addr string, zeroOK, resolve bool) error {
 	return nil
 }
 
+// HTTPPortOffset: by default a node serves HTTP (metrics, health) on its
+// --listen host at the gRPC port plus this offset (26257 -> 27257), so
+// that nodes started on consecutive gRPC ports, as in the README, get
+// distinct HTTP ports too.
+const HTTPPortOffset = 1000
+
+// httpAddrOff is the --http-addr value that turns the HTTP server off.
+const httpAddrOff = "off"
+
+// resolveHTTPAddr returns the address `canopy start` serves HTTP on: flag
+// itself if set ("" for off), else --listen's host with its port plus
+// HTTPPortOffset (port 0 stays 0: any free port). listen has passed
+// checkHostPort.
+func resolveHTTPAddr(flag, listen string) (string, error) {
+	switch flag {
+	case httpAddrOff:
+		return "", nil
+	case "":
+	default:
+		if err := checkHostPort("http-addr", flag, true, true); err != nil {
+			return "", err
+		}
+		if flag == listen {
+			return "", fmt.Errorf("--http-addr %q is --listen's address; give HTTP a port of its own", flag)
+		}
+		return flag, nil
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("--listen %q: %v", listen, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return "", fmt.Errorf("--listen %q: port %q is not a number", listen, port)
+	}
+	if p == 0 {
+		return net.JoinHostPort(host, "0"), nil
+	}
+	if p+HTTPPortOffset > 65535 {
+		return "", fmt.Errorf("--http-addr: the default, --listen's port %d plus %d, is above 65535: set --http-addr HOST:PORT (or off)", p, HTTPPortOffset)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+HTTPPortOffset)), nil
+}
+
 // checkStartFlags validates `canopy start`'s flags.
 func checkStartFlags(listen, advertise string, join []string, tick time.Duration, threshold int, sched replica.SchedulerConfig) error {
 	if err := checkHostPort("listen", listen, true, true); err != nil {

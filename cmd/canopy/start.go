@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	var store, listen, advertise, join, mode, cpuprofile, minFree, rangeMaxSize string
+	var store, listen, advertise, join, mode, cpuprofile, minFree, rangeMaxSize, httpAddr string
 	var tick time.Duration
 	var threshold int
 	var sched replica.SchedulerConfig
@@ -47,6 +47,10 @@ func init() {
 			if err != nil {
 				return err
 			}
+			httpAddr, err := resolveHTTPAddr(httpAddr, listen)
+			if err != nil {
+				return err
+			}
 			n, err := kvserver.Start(kvserver.Config{
 				StoreDir: store, ListenAddr: listen, AdvertiseAddr: advertise,
 				Join: peers, TickInterval: tick, Logger: logger,
@@ -54,6 +58,7 @@ func init() {
 				RaftScheduler:     sched,
 				StoreMinFreeBytes: minFreeBytes,
 				RangeSplitBytes:   rangeMaxBytes,
+				HTTPAddr:          httpAddr, Metrics: newMetricsRegistry(), // metrics.go
 			})
 			if err != nil {
 				return err
@@ -108,6 +113,7 @@ func init() {
 	cmd.Flags().IntVar(&sched.BatchRangesMax, "raft-batch-ranges", 0, fmt.Sprintf("ranges a worker persists in one batch with one sync (0: 64; at most %d; 1: one commit per range)", replica.SchedulerBatchRangesLimit))
 	cmd.Flags().StringVar(&rangeMaxSize, "range-max-size", "64MiB", "split a range whose estimated size on disk passes this (off: never); e.g. 512MiB")
 	cmd.Flags().StringVar(&minFree, "store-min-free", "0", "refuse writes while the store's disk has less free space than this (0: 1% of the disk, at least 32MiB, at most 1GiB; off: no check); e.g. 512MiB, 2GB")
+	cmd.Flags().StringVar(&httpAddr, "http-addr", "", fmt.Sprintf("address to serve HTTP on: Prometheus metrics at /metrics, health at /health and /health?ready=1 (default: --listen's host, port + %d; off: none)", HTTPPortOffset))
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the node, from start until SIGINT/SIGTERM, to this file")
 	rootCmd.AddCommand(cmd)
 }
