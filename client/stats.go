@@ -59,6 +59,7 @@ type stats struct {
 	abortedOthers, intentsResolved, resolveDropped         countingInt
 	pipelinedWrites, pipelineStalls, pipelinedWritesFailed countingInt
 	onePCCommits, parallelCommits, recovered               countingInt
+	retryReasons                                           retryReasons // metrics.go
 }
 
 // Stats returns a snapshot of the counters.

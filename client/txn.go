@@ -412,7 +412,7 @@ func (db *DB) Txn(ctx context.Context, fn func(ctx context.Context, txn *Txn) er
 	var lastErr error
 	for attempt := 1; attempt <= attemptsMax; attempt++ {
 		if attempt > 1 {
-			db.stats.retries.add(1)
+			db.stats.countRetry(lastErr) // metrics.go
 			if err := sleepCtx(ctx, bo.next()); err != nil {
 				return fmt.Errorf("canopy: transaction abandoned after %d attempts: %w (last attempt: %w)", attempt-1, err, lastErr)
 			}
