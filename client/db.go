@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/canopy-db/canopy/internal/keys"
@@ -58,7 +59,7 @@ func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) 
 	db.cache = newRangeCache()
 	db.sender = &sender{opts: &db.opts, nodes: db.nodes, cache: db.cache}
 	db.oracle = newOracle(bg, db.sender, &db.opts)
-	info, err := db.ClusterInfo(ctx)
+	info, err := db.firstContact(ctx, addresses)
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -112,6 +113,32 @@ func (db *DB) Close() error {
 
 // Settings returns the cluster settings read at Open.
 func (db *DB) Settings() *rpcpb.ClusterSettings { return db.settings }
+
+// firstContact is Open's ClusterInfo, bounded by Options.DialTimeout.
+func (db *DB) firstContact(ctx context.Context, addresses []string) (*rpcpb.ClusterInfoResponse, error) {
+	if db.opts.DialTimeout <= 0 {
+		return db.ClusterInfo(ctx)
+	}
+	dctx, cancel := context.WithTimeout(ctx, db.opts.DialTimeout)
+	defer cancel()
+	info, err := db.ClusterInfo(dctx)
+	if err != nil && ctx.Err() == nil && errors.Is(err, ErrUnavailable) {
+		return nil, fmt.Errorf("%w: cannot reach any node of %s (dial timeout %v): %v",
+			ErrUnavailable, strings.Join(addresses, ","), db.opts.DialTimeout, lastCause(err))
+	}
+	return info, err
+}
+
+// lastCause returns the last error that err wraps with others (the
+// attempt's error of a routing loop's "unavailable: what: cause"), or err.
+func lastCause(err error) error {
+	if u, ok := err.(interface{ Unwrap() []error }); ok {
+		if es := u.Unwrap(); len(es) > 0 {
+			return es[len(es)-1]
+		}
+	}
+	return err
+}
 
 // ClusterInfo asks any node for the cluster's settings and nodes, and
 // refreshes the client's node directory from the answer.

@@ -24,6 +24,16 @@ type Options struct {
 	// out may have been applied: it is retried if idempotent and otherwise
 	// reported as ambiguous. Default 10s.
 	RPCTimeout time.Duration
+	// LookupTimeout bounds one attempt of a request any node can answer
+	// (ClusterInfo, range lookups): a node that does not answer within it,
+	// stopped or cut off, is left for the next one. Default 2s.
+	LookupTimeout time.Duration
+	// DialTimeout, if positive, bounds Open's first contact with the
+	// cluster: if no address answers within it, Open fails at once with
+	// ErrUnavailable ("cannot reach any node"), as etcd's clientv3 does.
+	// 0: bounded only by ctx and SendAttemptsMax (about 25s when nothing
+	// listens). The CLI sets it with --dial-timeout (default 2s).
+	DialTimeout time.Duration
 	// SendAttemptsMax bounds the attempts of one request to one range
 	// (redirects, re-lookups, retries after UNAVAILABLE or a transport
 	// error). Default 40.
@@ -200,6 +210,7 @@ func (o *Options) EnsureDefaults() {
 		}
 	}
 	setDur(&o.RPCTimeout, 10*time.Second)
+	setDur(&o.LookupTimeout, 2*time.Second)
 	setInt(&o.SendAttemptsMax, 40)
 	setDur(&o.SendBackoffInitial, 5*time.Millisecond)
 	setDur(&o.SendBackoffMax, time.Second)
@@ -241,6 +252,7 @@ func (o *Options) Validate() error {
 		"TxnLifetimeMax": o.TxnLifetimeMax, "IntentWaitMax": o.IntentWaitMax,
 		"IntentWaitYoungerMax": o.IntentWaitYoungerMax, "AbortTimeout": o.AbortTimeout,
 		"CloseDrainMax": o.CloseDrainMax,
+		"LookupTimeout": o.LookupTimeout, "DialTimeout": o.DialTimeout,
 	} {
 		if v < 0 {
 			return invalidArgf("option %s is negative (%v)", name, v)

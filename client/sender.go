@@ -201,21 +201,21 @@ func (s *sender) anyNode(ctx context.Context, what string, call func(ctx context
 			// Back off once per full round over the known addresses.
 			if n := s.nodes.addressCount(); attempt > 0 && (n == 0 || attempt%n == 0) {
 				if err := sleepCtx(ctx, bo.next()); err != nil {
-					lastErr = err
+					lastErr = withLast(err, lastErr)
 					break
 				}
 			}
 			addr = s.nodes.anyAddress(int(s.cursor.Load()))
 		}
 		if err := ctx.Err(); err != nil {
-			lastErr = err
+			lastErr = withLast(err, lastErr)
 			break
 		}
 		kv, err := s.nodes.client(addr)
 		if err != nil {
 			return err
 		}
-		actx, cancel := context.WithTimeout(ctx, s.opts.RPCTimeout)
+		actx, cancel := context.WithTimeout(ctx, min(s.opts.RPCTimeout, s.opts.LookupTimeout))
 		pbErr, err := call(actx, kv)
 		cancel()
 		var se *stopError
@@ -248,6 +248,15 @@ func (s *sender) anyNode(ctx context.Context, what string, call func(ctx context
 		lastErr = fmt.Errorf("%s: %s: %s", addr, pbErr.GetCode(), pbErr.GetMessage())
 	}
 	return giveUp(false, what, lastErr)
+}
+
+// withLast adds the last attempt's error, if any, to err (the context's
+// end), which says only why the loop stopped.
+func withLast(err, last error) error {
+	if last == nil {
+		return err
+	}
+	return fmt.Errorf("%w (last attempt: %v)", err, last)
 }
 
 // lookup returns the cached range containing key, or looks it up.

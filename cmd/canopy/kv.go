@@ -14,10 +14,21 @@ import (
 	"github.com/spf13/cobra"
 )
 
-var hosts string
+var (
+	hosts string
+	// dialTimeout bounds the first contact of a CLI command with the
+	// cluster (client.Options.DialTimeout).
+	dialTimeout time.Duration
+)
+
+// DialTimeoutMax bounds --dial-timeout.
+const DialTimeoutMax = 10 * time.Minute
 
 func openDB(ctx context.Context) (*client.DB, error) {
-	return client.Open(ctx, splitHosts(hosts))
+	if dialTimeout <= 0 || dialTimeout > DialTimeoutMax {
+		return nil, fmt.Errorf("--dial-timeout %v: want a duration in (0, %v]", dialTimeout, DialTimeoutMax)
+	}
+	return client.Open(ctx, splitHosts(hosts), client.WithOptions(client.Options{DialTimeout: dialTimeout}))
 }
 
 func withDB(f func(ctx context.Context, db *client.DB) error) func(*cobra.Command, []string) error {
@@ -34,6 +45,8 @@ func withDB(f func(ctx context.Context, db *client.DB) error) func(*cobra.Comman
 }
 
 func init() {
+	rootCmd.PersistentFlags().DurationVar(&dialTimeout, "dial-timeout", 2*time.Second,
+		"how long a command waits for any of the --host nodes to answer before it fails")
 	kv := &cobra.Command{Use: "kv", Short: "Single-key reads and writes outside transactions"}
 	kv.PersistentFlags().StringVar(&hosts, "host", "127.0.0.1:26257", "comma-separated node addresses")
 	var limit int

@@ -1,0 +1,61 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Open against addresses where nothing listens fails with ErrUnavailable
+// saying so once the dial timeout has passed, instead of retrying for the
+// whole SendAttemptsMax.
+func TestOpenNothingListening(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	o := testOptions()
+	o.DialTimeout = 200 * time.Millisecond
+	_, err = Open(context.Background(), []string{addr}, WithOptions(o))
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "cannot reach any node of "+addr) ||
+		!strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("Open with nothing listening: %v; want ErrUnavailable naming the address and the last error", err)
+	}
+}
+
+// A seed node that accepts connections but never answers (a stopped
+// process) costs Open one LookupTimeout, not RPCTimeout: the next seed
+// answers.
+func TestOpenSkipsSilentNode(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			conn, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close() // held open, never answered
+		}
+	}()
+	c := newFakeCluster(t, 1)
+	o := testOptions()
+	o.RPCTimeout = time.Hour // an attempt at the silent node must not wait for it
+	o.LookupTimeout = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, err := Open(ctx, []string{silent.Addr().String(), c.addrs()[0]}, WithOptions(o))
+	if err != nil {
+		t.Fatalf("Open with a silent first seed: %v", err)
+	}
+	defer db.Close()
+	mustPut(t, db, "a", "1")
+}
