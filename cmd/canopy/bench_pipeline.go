@@ -23,9 +23,9 @@ import (
 
 // Bounds of bench pipeline's sweep.
 const (
-	// PipelineRTTMsMax bounds --rtts and --writes-rtt: a one-way delay of
-	// half of it must stay well below the election timeout of the cluster
-	// in this process (testcluster's 50 ms ticks).
+	// PipelineRTTMsMax bounds --rtts and --writes-rtt. Half a round trip
+	// (the one-way delay) must also stay at or below 2 Raft ticks
+	// (--raft-tick), well below the election timeout of 10 to 20 ticks.
 	PipelineRTTMsMax = 200
 	// PipelineSweepPointsMax bounds the values of --rtts and of --writes.
 	PipelineSweepPointsMax = 64
@@ -42,6 +42,7 @@ type benchPipelineOptions struct {
 	limits      pipelinebench.Limits
 	runMax      time.Duration
 	readyMax    time.Duration
+	raftTick    time.Duration
 	seed        uint64
 	dir         string
 	out         string
@@ -73,6 +74,11 @@ direction (kvserver.LinkFault), so a consensus round costs one round trip.
           --writes-rtt; prints each mode's cost of one more write beside
           the post's "a little under half a millisecond".
 
+The nodes run with --raft-tick (default 100ms, as canopy start): a leader's
+lease lasts 9 ticks less the clock drift bound and is renewed only while its
+range is awake, and a range quiesces after 3 idle ticks, so a read that
+finds the lease lapsed waits for a ReadIndex round (one round trip).
+
 Every point also shows what the system counted per transaction: consensus
 rounds on its critical path (client.RoundCounter), its Batch RPCs, oracle
 Timestamps RPCs, all RPCs and Raft entries. A point runs transactions one
@@ -100,6 +106,7 @@ whole run is bounded by --run-max. Writes <out>_rtt.csv/.png and
 	f.IntVar(&o.limits.WarmupTxns, "warmup-txns", 2, "uncounted transactions before each point")
 	f.DurationVar(&o.runMax, "run-max", 15*time.Minute, "bound on the whole run")
 	f.DurationVar(&o.readyMax, "ready-max", 2*time.Minute, "bound on start-up (every range with a leader, every leader on the gateway)")
+	f.DurationVar(&o.raftTick, "raft-tick", 100*time.Millisecond, "Raft tick of the nodes (canopy start's default); a leader's lease lasts 9 ticks less the clock drift bound, and an idle range quiesces after 3")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the key choice")
 	f.StringVar(&o.dir, "dir", "", "directory of the stores (default: a new temporary directory, removed at the end)")
 	f.StringVar(&o.out, "out", "docs/bench/pipeline", "prefix of the CSV and PNG files (empty: write none)")
@@ -145,6 +152,16 @@ func (o *benchPipelineOptions) validate() ([]pipelinebench.Mode, error) {
 	if o.runMax <= 0 || o.readyMax <= 0 {
 		return nil, fmt.Errorf("--run-max and --ready-max must be positive")
 	}
+	if o.raftTick < 10*time.Millisecond || o.raftTick > time.Second {
+		return nil, fmt.Errorf("--raft-tick %v not in [10ms, 1s]", o.raftTick)
+	}
+	for _, r := range append(slices.Clone(o.rttsMs), o.writesRTTMs) {
+		// Elections take at least 10 ticks; a one-way delay near that
+		// would measure elections, not transactions.
+		if time.Duration(r)*time.Millisecond/2 > 2*o.raftTick {
+			return nil, fmt.Errorf("round trip %d ms: half of it is above 2 Raft ticks (%v); raise --raft-tick", r, o.raftTick)
+		}
+	}
 	return modes, nil
 }
 
@@ -157,9 +174,9 @@ func runBenchPipeline(ctx context.Context, o benchPipelineOptions, command strin
 	defer cancel()
 	m := bench.ThisMachine()
 	fmt.Printf("canopy bench pipeline\n  command:  %s\n  machine:  %s\n", command, m)
-	fmt.Printf("  workload: 3 nodes in this process, client co-located with node 1 (every leader moved there); %d user ranges; "+
+	fmt.Printf("  workload: 3 nodes in this process (Raft tick %v), client co-located with node 1 (every leader moved there); %d user ranges; "+
 		"transactions one at a time, each point at most %v and %d txns after %d warm-up txns; modes %s\n\n",
-		o.ranges, o.limits.Duration, o.limits.TxnsMax, o.limits.WarmupTxns, strings.Join(o.modes, ", "))
+		o.raftTick, o.ranges, o.limits.Duration, o.limits.TxnsMax, o.limits.WarmupTxns, strings.Join(o.modes, ", "))
 
 	pc, err := startPipelineCluster(ctx, o)
 	if err != nil {
@@ -282,7 +299,7 @@ type pipelineCluster struct {
 func startPipelineCluster(ctx context.Context, o benchPipelineOptions) (*pipelineCluster, error) {
 	fmt.Fprintf(os.Stderr, "starting a 3-node cluster in this process...\n")
 	c, err := testcluster.Start(testcluster.Options{
-		Nodes: 3, InitialRanges: o.ranges, Dir: o.dir, ReadyTimeout: o.readyMax,
+		Nodes: 3, InitialRanges: o.ranges, Dir: o.dir, ReadyTimeout: o.readyMax, TickInterval: o.raftTick,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {
