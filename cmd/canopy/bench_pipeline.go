@@ -46,6 +46,7 @@ type benchPipelineOptions struct {
 	seed        uint64
 	dir         string
 	out         string
+	replot      string
 }
 
 func init() {
@@ -90,6 +91,9 @@ whole run is bounded by --run-max. Writes <out>_rtt.csv/.png and
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if o.replot != "" {
+				return replotPipeline(o.replot, o.writesRTTMs)
+			}
 			return runBenchPipeline(ctx, o, "canopy bench pipeline "+strings.Join(os.Args[3:], " "))
 		},
 	}
@@ -110,6 +114,7 @@ whole run is bounded by --run-max. Writes <out>_rtt.csv/.png and
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the key choice")
 	f.StringVar(&o.dir, "dir", "", "directory of the stores (default: a new temporary directory, removed at the end)")
 	f.StringVar(&o.out, "out", "docs/bench/pipeline", "prefix of the CSV and PNG files (empty: write none)")
+	f.StringVar(&o.replot, "replot", "", "run nothing: read <prefix>_rtt.csv and <prefix>_writes.csv of an earlier run, print the fits and redraw the PNGs beside them")
 	benchCmd.AddCommand(cmd)
 }
 
@@ -225,10 +230,9 @@ func runPipelineRTT(ctx context.Context, o benchPipelineOptions, pc *pipelineClu
 		pipelinebench.NewOrder.Reads, pipelinebench.NewOrder.Writes)
 	pipelinebench.WritePointTable(os.Stdout, points)
 	fmt.Printf("%s\n\n", pipelinebench.PointTableLegend)
-	var fits []pipelinebench.Fit
 	if len(o.rttsMs) >= 2 {
-		var err error
-		if fits, err = pipelinebench.FitModes(points, pipelinebench.RTTX); err != nil {
+		fits, err := pipelinebench.FitModes(points, pipelinebench.RTTX)
+		if err != nil {
 			return err
 		}
 		fmt.Println("Slope of transaction latency against round trip (ms per ms of RTT, least squares over the points above):")
@@ -241,7 +245,7 @@ func runPipelineRTT(ctx context.Context, o benchPipelineOptions, pc *pipelineClu
 	if err := pipelinebench.WriteCSV(o.out+"_rtt.csv", "rtt", m.String(), points); err != nil {
 		return err
 	}
-	if err := pipelinebench.WriteRTTPlot(o.out+"_rtt.png", m.String(), points, fits); err != nil {
+	if err := pipelinebench.WriteRTTPlot(o.out+"_rtt.png", m.String(), points); err != nil {
 		return err
 	}
 	fmt.Printf("wrote %s_rtt.csv and %s_rtt.png\n\n", o.out, o.out)
@@ -283,6 +287,43 @@ func runPipelineWrites(ctx context.Context, o benchPipelineOptions, pc *pipeline
 		return err
 	}
 	fmt.Printf("wrote %s_writes.csv and %s_writes.png\n\n", o.out, o.out)
+	return nil
+}
+
+// replotPipeline prints the fits of an earlier run's CSV files and draws
+// their PNGs again (after a change to the plots). writesRTTMs titles the
+// writes plot when its CSV has no point (a CSV records each point's RTT).
+func replotPipeline(prefix string, writesRTTMs int) error {
+	if points, machine, err := pipelinebench.ReadCSV(prefix + "_rtt.csv"); err == nil {
+		fits, err := pipelinebench.FitModes(points, pipelinebench.RTTX)
+		if err != nil {
+			return err
+		}
+		pipelinebench.WriteRTTSummary(os.Stdout, fits)
+		if err := pipelinebench.WriteRTTPlot(prefix+"_rtt.png", machine, points); err != nil {
+			return err
+		}
+		fmt.Printf("wrote %s_rtt.png\n\n", prefix)
+	} else if !os.IsNotExist(err) {
+		return err
+	}
+	if points, machine, err := pipelinebench.ReadCSV(prefix + "_writes.csv"); err == nil {
+		fits, err := pipelinebench.FitModes(points, pipelinebench.WritesX)
+		if err != nil {
+			return err
+		}
+		pipelinebench.WriteWritesSummary(os.Stdout, fits)
+		rtt := float64(writesRTTMs)
+		if len(points) > 0 {
+			rtt = points[0].RTTMs
+		}
+		if err := pipelinebench.WriteWritesPlot(prefix+"_writes.png", machine, rtt, points); err != nil {
+			return err
+		}
+		fmt.Printf("wrote %s_writes.png\n", prefix)
+	} else if !os.IsNotExist(err) {
+		return err
+	}
 	return nil
 }
 

@@ -141,3 +141,24 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestCSVRoundTrip(t *testing.T) {
+	ps := points()
+	ps[1].ReadIndexRounds, ps[1].OracleReadIndexRounds, ps[1].Elapsed = 1.25, 0.5, 1500*time.Millisecond
+	path := t.TempDir() + "/p.csv"
+	if err := WriteCSV(path, "rtt", "test machine", ps); err != nil {
+		t.Fatal(err)
+	}
+	got, machine, err := ReadCSV(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if machine != "test machine" || len(got) != len(ps) {
+		t.Fatalf("read %d points on %q, want %d on %q", len(got), machine, len(ps), "test machine")
+	}
+	for i := range ps {
+		if got[i] != ps[i] {
+			t.Errorf("point %d: read %+v, wrote %+v", i, got[i], ps[i])
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/canopy-db/canopy/internal/bench/plot"
 )
@@ -233,25 +234,45 @@ func series(points []Point, x, y func(Point) float64) []plot.Series {
 	return out
 }
 
-// modelSeries draws, dashed, each mode's model line from its fitted
-// intercept: intercept + model slope x round trip.
-func modelSeries(points []Point, fits []Fit) []plot.Series {
+// modelSeries draws, dashed, each mode's model line from its measured
+// latency at the smallest round trip: that latency + model slope x the
+// round trip above it.
+func modelSeries(points []Point) []plot.Series {
 	var out []plot.Series
 	for i, m := range Modes {
-		for _, f := range fits {
-			if f.Mode != m.Name {
-				continue
+		var mine []Point
+		for _, p := range points {
+			if p.Mode == m.Name {
+				mine = append(mine, p)
 			}
-			k := References[m.Name].RTTSlopeModel
-			s := plot.Series{Name: fmt.Sprintf("model %g x RTT", k), Color: plot.Palette[i], Dashed: true}
-			for _, p := range points {
-				if p.Mode == m.Name {
-					s.X = append(s.X, p.RTTMs)
-					s.Y = append(s.Y, f.InterceptMean+k*p.RTTMs)
-				}
-			}
-			out = append(out, s)
 		}
+		if len(mine) == 0 {
+			continue
+		}
+		base := mine[0]
+		for _, p := range mine {
+			if p.RTTMs < base.RTTMs {
+				base = p
+			}
+		}
+		k := References[m.Name].RTTSlopeModel
+		s := plot.Series{Name: fmt.Sprintf("model %g x RTT", k), Color: plot.Palette[i], Dashed: true}
+		for _, p := range mine {
+			s.X = append(s.X, p.RTTMs)
+			s.Y = append(s.Y, Ms(base.Mean)+k*(p.RTTMs-base.RTTMs))
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// allRounds draws, dashed, the rounds counted by the client plus the
+// ReadIndex rounds counted by the replicas (the oracle's included).
+func allRounds(points []Point, x func(Point) float64) []plot.Series {
+	out := series(points, x, func(p Point) float64 { return p.ConsensusRounds + p.ReadIndexRounds + p.OracleReadIndexRounds })
+	for i := range out {
+		out[i].Name += " + ReadIndex"
+		out[i].Dashed = true
 	}
 	return out
 }
@@ -261,12 +282,12 @@ func rounds(p Point) float64 { return p.ConsensusRounds }
 
 // WriteRTTPlot draws experiment 1: mean latency against round trip (with
 // the model's lines dashed) and the rounds counted.
-func WriteRTTPlot(path, machine string, points []Point, fits []Fit) error {
+func WriteRTTPlot(path, machine string, points []Point) error {
 	img := plot.Grid("canopy bench pipeline: New-Order-like transaction (4 reads, 5 writes) vs inter-node RTT", machine, 2, 620, 400,
 		plot.LineChart{Title: "latency (mean); dashed: model", XLabel: "round trip (ms)", YLabel: "ms",
-			Series: append(series(points, RTTX, meanMs), modelSeries(points, fits)...)},
-		plot.LineChart{Title: "consensus rounds per transaction (counted)", XLabel: "round trip (ms)", YLabel: "rounds",
-			Series: series(points, RTTX, rounds)},
+			Series: append(series(points, RTTX, meanMs), modelSeries(points)...)},
+		plot.LineChart{Title: "rounds per transaction (counted); dashed: + ReadIndex", XLabel: "round trip (ms)", YLabel: "rounds",
+			Series: append(series(points, RTTX, rounds), allRounds(points, RTTX)...)},
 	)
 	return plot.WritePNG(path, img)
 }
@@ -279,7 +300,57 @@ func WriteWritesPlot(path, machine string, rttMs float64, points []Point) error 
 	img := plot.Grid(fmt.Sprintf("canopy bench pipeline: writes per transaction vs latency at %g ms RTT", rttMs), machine, 3, 460, 400,
 		plot.LineChart{Title: "latency (mean)", XLabel: "writes", YLabel: "ms", LogX: true, Series: series(points, WritesX, meanMs)},
 		plot.LineChart{Title: "latency (mean), log scale", XLabel: "writes", YLabel: "log10(ms)", LogX: true, Series: series(points, WritesX, log10ms)},
-		plot.LineChart{Title: "consensus rounds (counted)", XLabel: "writes", YLabel: "rounds", LogX: true, Series: series(points, WritesX, rounds)},
+		plot.LineChart{Title: "rounds (counted); dashed: + ReadIndex", XLabel: "writes", YLabel: "rounds", LogX: true,
+			Series: append(series(points, WritesX, rounds), allRounds(points, WritesX)...)},
 	)
 	return plot.WritePNG(path, img)
+}
+
+// ReadCSV reads the points WriteCSV wrote, and the machine column of the
+// first row (for the plots redrawn from them).
+func ReadCSV(path string) (points []Point, machine string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, "", err
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, "", fmt.Errorf("pipelinebench: %s: %w", path, err)
+	}
+	if len(rows) == 0 || len(rows[0]) != len(csvHeader) {
+		return nil, "", fmt.Errorf("pipelinebench: %s: not a bench pipeline CSV (header %v)", path, rows[:min(len(rows), 1)])
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	for _, r := range rows[1:] {
+		var perr error
+		fl := func(name string) float64 {
+			v, err := strconv.ParseFloat(r[col[name]], 64)
+			if err != nil && perr == nil {
+				perr = fmt.Errorf("column %s: %w", name, err)
+			}
+			return v
+		}
+		in := func(name string) int64 { return int64(fl(name)) }
+		dur := func(name string) time.Duration { return time.Duration(fl(name) * float64(time.Millisecond)) }
+		p := Point{
+			Mode: r[col["mode"]], RTTMs: fl("rtt_ms"), Reads: int(in("reads")), Writes: int(in("writes")),
+			Txns: in("txns"), Failed: in("failed"), Retries: in("retries"),
+			Elapsed: time.Duration(fl("elapsed_s") * float64(time.Second)),
+			Mean:    dur("mean_ms"), P50: dur("p50_ms"), P99: dur("p99_ms"), Max: dur("max_ms"),
+			ConsensusRounds: fl("consensus_rounds"), ConsensusRoundsMin: in("consensus_rounds_min"), ConsensusRoundsMax: in("consensus_rounds_max"),
+			ConsensusBatches: fl("consensus_batches"), PathBatchRPCs: fl("path_batch_rpcs"), PathRemoteRPCs: fl("path_remote_rpcs"),
+			TimestampRPCs: fl("timestamp_rpcs"), AllRPCs: fl("all_rpcs"), RaftEntries: fl("raft_entries"),
+			OracleEntries: fl("oracle_raft_entries"), ReadIndexRounds: fl("read_index_rounds"), OracleReadIndexRounds: fl("oracle_read_index_rounds"),
+		}
+		if perr != nil {
+			return nil, "", fmt.Errorf("pipelinebench: %s: %w", path, perr)
+		}
+		points = append(points, p)
+		machine = r[col["machine"]]
+	}
+	return points, machine, nil
 }
