@@ -151,9 +151,10 @@ func (n *Node) observeBatch(req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse, 
 //
 // Under-replicated and unavailable ranges are counted as their leader
 // sees them, so that the sum over the nodes counts each range once: a
-// leader knows which followers take its appends (replica.Status
-// .Replicating). A range with no leader has no such node; it is counted
-// by its lowest live voter that knows no leader.
+// follower is up if it takes the leader's appends (replica.Status
+// .Replicating) and its node was heard from lately (liveness.go). A range
+// with no leader has no such node; it is counted by its lowest live voter
+// that knows no leader.
 type rangeGauges struct{ n *Node }
 
 var (
@@ -231,7 +232,11 @@ func (n *Node) rangeCounts() rangeCounts {
 			c.leaders++
 			up := 0
 			for _, v := range vs {
-				if v == self || slices.Contains(st.Replicating, v) {
+				// A quiescent leader's status is as of when it quiesced,
+				// and a range quiesces with a follower on a dead node
+				// (replica.maybeQuiesceLeader): liveness says whether
+				// that follower is still there.
+				if v == self || (slices.Contains(st.Replicating, v) && n.liveness.heardLately(v)) {
 					up++
 				}
 			}

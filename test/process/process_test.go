@@ -111,6 +111,9 @@ func needBinary(t *testing.T) {
 // restarts.
 type node struct {
 	addr, store, logPath string
+	// httpAddr is the node's --http-addr (metrics, health), a port
+	// reserved with addr's.
+	httpAddr string
 	// args are extra flags of `canopy start`, set before a start.
 	args   []string
 	cmd    *exec.Cmd
@@ -136,30 +139,37 @@ type cluster struct {
 	nodes []*node
 }
 
-// newCluster reserves n free loopback ports and starts a node on each. Its
-// cleanup kills every process still running.
+// newCluster reserves n free loopback ports, and one more for each node's
+// HTTP server, and starts a node on each. Its cleanup kills every process
+// still running.
 func newCluster(t *testing.T, n int) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	c := &cluster{t: t}
 	// Hold every listener until all ports are chosen, so none repeats.
 	var ls []net.Listener
-	for i := 0; i < n; i++ {
+	var httpAddrs []string
+	for i := 0; i < 2*n; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		ls = append(ls, l)
-		c.addrs = append(c.addrs, l.Addr().String())
+		if i < n {
+			c.addrs = append(c.addrs, l.Addr().String())
+		} else {
+			httpAddrs = append(httpAddrs, l.Addr().String())
+		}
 	}
 	for _, l := range ls {
 		_ = l.Close()
 	}
 	for i, a := range c.addrs {
 		c.nodes = append(c.nodes, &node{
-			addr:    a,
-			store:   filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			logPath: filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)),
+			addr:     a,
+			httpAddr: httpAddrs[i],
+			store:    filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+			logPath:  filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)),
 		})
 	}
 	t.Cleanup(func() {
@@ -224,7 +234,7 @@ func (c *cluster) spawn(i int) *node {
 	defer f.Close() // the child has its own descriptor
 	fmt.Fprintf(f, "=== test: starting node %d at %s\n", i+1, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(binPath, "start", "--store", nd.store, "--listen", nd.addr,
-		"--join", strings.Join(c.addrs, ","), "--raft-tick", "50ms")
+		"--join", strings.Join(c.addrs, ","), "--raft-tick", "50ms", "--http-addr", nd.httpAddr)
 	cmd.Args = append(cmd.Args, nd.args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = childProcAttr()

@@ -1,0 +1,202 @@
+package kvserver_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/kvserver"
+	"github.com/canopy-db/canopy/internal/testcluster"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// waitMax turns "never" into a failure; it measures nothing.
+const waitMax = 60 * time.Second
+
+// metricSum sums the samples of name in reg whose labels include want
+// (pairs name, value): counters, gauges, and histograms' counts; 0 if reg
+// has no such metric (a vector with no series yet).
+func metricSum(t *testing.T, reg *prometheus.Registry, name string, want ...string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		v := 0.0
+	metrics:
+		for _, m := range f.Metric {
+			for i := 0; i+1 < len(want); i += 2 {
+				found := false
+				for _, l := range m.Label {
+					found = found || (l.GetName() == want[i] && l.GetValue() == want[i+1])
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			v += m.GetGauge().GetValue() + m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+		return v
+	}
+	return 0
+}
+
+// waitFor retries f until it returns nil, failing with its last error
+// after waitMax.
+func waitFor(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(waitMax)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still failing after %v: %v", what, waitMax, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestHealthBeforeInit checks a node that was never initialized: /health
+// is live, /health?ready=1 is 503 and says why, and the gRPC health
+// service reports NOT_SERVING.
+func TestHealthBeforeInit(t *testing.T) {
+	n, err := kvserver.Start(kvserver.Config{StoreDir: filepath.Join(t.TempDir(), "n1"), ListenAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + n.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/health"); code != http.StatusOK || body != `{"status":"live","node_id":0}`+"\n" {
+		t.Errorf("GET /health = %d %q", code, body)
+	}
+	if code, body := get("/health?ready=1"); code != http.StatusServiceUnavailable || !strings.Contains(body, `"reason":"not initialized`) {
+		t.Errorf("GET /health?ready=1 = %d %q, want 503 saying not initialized", code, body)
+	}
+	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "canopy_ranges 0\n") {
+		t.Errorf("GET /metrics = %d, without canopy_ranges 0:\n%s", code, body)
+	}
+	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitMax)
+	defer cancel()
+	for _, svc := range []string{"", "canopy.KV"} {
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("gRPC health of %q: %v, %v; want NOT_SERVING", svc, resp.GetStatus(), err)
+		}
+	}
+}
+
+// TestMetricsInProcess runs three nodes in the process: once ready, each
+// node's range gauges agree with the cluster and writes show in the RPC,
+// Raft and engine metrics; with a node stopped, the leaders count every
+// range it held under-replicated, none unavailable, and the others stay
+// ready.
+func TestMetricsInProcess(t *testing.T) {
+	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir(), InitialRanges: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := 0; i < 3; i++ {
+		waitFor(t, fmt.Sprintf("n%d ready", i+1), func() error {
+			if why := c.Node(i).Ready(); why != "" {
+				return fmt.Errorf("%s", why)
+			}
+			return nil
+		})
+	}
+	ctx := context.Background()
+	db, err := client.Open(ctx, c.Addrs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const writes = 10
+	for i := 0; i < writes; i++ {
+		if err := db.Put(ctx, []byte(fmt.Sprintf("k%02d", i)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ranges, err := db.Ranges(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := func(name string, nodes int, labels ...string) float64 {
+		v := 0.0
+		for i := 0; i < nodes; i++ {
+			v += metricSum(t, c.Node(i).Metrics(), name, labels...)
+		}
+		return v
+	}
+	for i := 0; i < 3; i++ {
+		// Replication factor 3 on three nodes: every node holds every range.
+		if got := metricSum(t, c.Node(i).Metrics(), "canopy_ranges"); got != float64(len(ranges)) {
+			t.Errorf("n%d: canopy_ranges = %v, want %d", i+1, got, len(ranges))
+		}
+		for _, name := range []string{"canopy_raft_entries_applied_total", "canopy_raft_ready_round_duration_seconds", "canopy_storage_wal_bytes_written_total"} {
+			if got := metricSum(t, c.Node(i).Metrics(), name); got <= 0 {
+				t.Errorf("n%d: %s = %v, want > 0", i+1, name, got)
+			}
+		}
+	}
+	if got := total("grpc_server_handled_total", 3, "grpc_method", "Batch", "grpc_code", "OK"); got < writes {
+		t.Errorf("Batch RPCs handled OK = %v, want at least %d", got, writes)
+	}
+	if got := total("canopy_kv_requests_total", 3, "method", "Put"); got != writes {
+		t.Errorf("Put requests = %v, want %d", got, writes)
+	}
+	waitFor(t, "one leaseholder per range, none under-replicated", func() error {
+		if got := total("canopy_replicas_leaseholders", 3); got != float64(len(ranges)) {
+			return fmt.Errorf("leaseholders %v, want %d", got, len(ranges))
+		}
+		if got := total("canopy_ranges_underreplicated", 3); got != 0 {
+			return fmt.Errorf("%v under-replicated", got)
+		}
+		return nil
+	})
+
+	c.StopNode(2)
+	waitFor(t, "every range under-replicated with n3 stopped", func() error {
+		under, unavailable := total("canopy_ranges_underreplicated", 2), total("canopy_ranges_unavailable", 2)
+		if under != float64(len(ranges)) || unavailable != 0 {
+			return fmt.Errorf("under-replicated %v (want %d), unavailable %v (want 0)", under, len(ranges), unavailable)
+		}
+		for i := 0; i < 2; i++ {
+			if why := c.Node(i).Ready(); why != "" {
+				return fmt.Errorf("n%d not ready: %s", i+1, why)
+			}
+		}
+		return nil
+	})
+}
