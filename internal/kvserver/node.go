@@ -303,8 +303,10 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
-		grpc.ChainUnaryInterceptor(n.identityUnary, n.trackHandler, n.ops.metrics.grpc.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(n.identityStream, n.ops.metrics.grpc.StreamServerInterceptor()))
+		// Metrics first: an RPC refused by the identity check is counted
+		// (grpc_server_handled_total, FailedPrecondition).
+		grpc.ChainUnaryInterceptor(n.ops.metrics.grpc.UnaryServerInterceptor(), n.identityUnary, n.trackHandler),
+		grpc.ChainStreamInterceptor(n.ops.metrics.grpc.StreamServerInterceptor(), n.identityStream))
 	rpcpb.RegisterKVServer(n.srv, &kvService{n: n})
 	rpcpb.RegisterInternalServer(n.srv, &internalService{n: n})
 	n.registerOps() // http.go: gRPC health service
