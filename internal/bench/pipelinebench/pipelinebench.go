@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/bench/kvbench"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"google.golang.org/grpc"
 )
@@ -185,6 +186,10 @@ type Point struct {
 	RaftEntries, OracleEntries float64 // Raft entries committed (RaftCounts delta)
 	ReadIndexRounds            float64 // RaftCounts.ReadIndex delta
 	OracleReadIndexRounds      float64 // RaftCounts.OracleReadIndex delta
+	// CPU is the process's CPU time (user + system) over the point per
+	// committed transaction: the client's and all three nodes', since the
+	// cluster runs in this process, background work included.
+	CPU time.Duration
 }
 
 // Runner runs points on one client.
@@ -212,7 +217,7 @@ func (r *Runner) Run(ctx context.Context, mode Mode, shape Shape, rttMs float64,
 			return p, ctx.Err()
 		}
 	}
-	st0, calls0 := r.DB.Stats(), r.Calls.Total()
+	st0, calls0, cpu0 := r.DB.Stats(), r.Calls.Total(), kvbench.ProcessCPU()
 	var raft0 RaftCounts
 	if r.Raft != nil {
 		var err error
@@ -252,7 +257,7 @@ func (r *Runner) Run(ctx context.Context, mode Mode, shape Shape, rttMs float64,
 		roundsMax = max(roundsMax, rc.ConsensusRounds)
 	}
 	p.Elapsed = time.Since(start)
-	st1, calls1 := r.DB.Stats(), r.Calls.Total()
+	st1, calls1, cpu1 := r.DB.Stats(), r.Calls.Total(), kvbench.ProcessCPU()
 	if r.Raft != nil {
 		raft1, err := r.Raft(ctx)
 		if err != nil {
@@ -276,6 +281,7 @@ func (r *Runner) Run(ctx context.Context, mode Mode, shape Shape, rttMs float64,
 	p.PathRemoteRPCs = float64(pathRemote) / n
 	p.TimestampRPCs = float64(st1.TimestampRPCs-st0.TimestampRPCs) / n
 	p.AllRPCs = float64(calls1-calls0) / n
+	p.CPU = (cpu1 - cpu0) / time.Duration(p.Txns)
 	p.Mean, p.P50, p.P99, p.Max = summarize(lat)
 	if r.Progress != nil {
 		fmt.Fprintf(r.Progress, "  [%-9s rtt %3g ms, %d reads, %3d writes] %4d txns in %5.1fs: p50 %8.2f ms, mean %8.2f ms; rounds %.2f; failed %d\n",

@@ -144,7 +144,7 @@ func TestValidate(t *testing.T) {
 
 func TestCSVRoundTrip(t *testing.T) {
 	ps := points()
-	ps[1].ReadIndexRounds, ps[1].OracleReadIndexRounds, ps[1].Elapsed = 1.25, 0.5, 1500*time.Millisecond
+	ps[1].ReadIndexRounds, ps[1].OracleReadIndexRounds, ps[1].Elapsed, ps[1].CPU = 1.25, 0.5, 1500*time.Millisecond, 2500*time.Microsecond
 	path := t.TempDir() + "/p.csv"
 	if err := WriteCSV(path, "rtt", "test machine", ps); err != nil {
 		t.Fatal(err)

@@ -111,18 +111,18 @@ func WritesX(p Point) float64 { return float64(p.Writes) }
 
 // WritePointTable prints one row per point.
 func WritePointTable(w io.Writer, points []Point) {
-	fmt.Fprintf(w, "%7s %6s %-9s %5s %6s %9s %9s %9s %8s %8s %8s %8s %8s %7s %7s %8s %8s %8s\n",
+	fmt.Fprintf(w, "%7s %6s %-9s %5s %6s %9s %9s %9s %8s %8s %8s %8s %8s %7s %7s %8s %8s %8s %8s\n",
 		"rtt ms", "writes", "mode", "txns", "failed", "p50 ms", "mean ms", "p99 ms",
-		"rounds", "ri rnds", "ora ri", "ora ent", "cons.bat", "path", "remote", "ts RPC", "all RPC", "raft ent")
+		"rounds", "ri rnds", "ora ri", "ora ent", "cons.bat", "path", "remote", "ts RPC", "all RPC", "raft ent", "cpu ms")
 	for _, p := range points {
 		rounds := fmt.Sprintf("%.2f", p.ConsensusRounds)
 		if p.ConsensusRoundsMin != p.ConsensusRoundsMax {
 			rounds = fmt.Sprintf("%.2f*", p.ConsensusRounds)
 		}
-		fmt.Fprintf(w, "%7g %6d %-9s %5d %6d %9.2f %9.2f %9.2f %8s %8.2f %8.2f %8.2f %8.2f %7.2f %7.2f %8.2f %8.2f %8.2f\n",
+		fmt.Fprintf(w, "%7g %6d %-9s %5d %6d %9.2f %9.2f %9.2f %8s %8.2f %8.2f %8.2f %8.2f %7.2f %7.2f %8.2f %8.2f %8.2f %8.2f\n",
 			p.RTTMs, p.Writes, p.Mode, p.Txns, p.Failed, Ms(p.P50), Ms(p.Mean), Ms(p.P99),
 			rounds, p.ReadIndexRounds, p.OracleReadIndexRounds, p.OracleEntries, p.ConsensusBatches,
-			p.PathBatchRPCs, p.PathRemoteRPCs, p.TimestampRPCs, p.AllRPCs, p.RaftEntries)
+			p.PathBatchRPCs, p.PathRemoteRPCs, p.TimestampRPCs, p.AllRPCs, p.RaftEntries, Ms(p.CPU))
 	}
 }
 
@@ -139,7 +139,8 @@ const PointTableLegend = `columns, per committed transaction (means over the poi
   path     Batch RPCs sent with the transaction's context; remote = its RPCs to another node
   ts RPC   oracle Timestamps RPCs (begin and commit)
   all RPC  every RPC of the client, background intent resolution included
-  raft ent Raft entries committed over all ranges, background work included`
+  raft ent Raft entries committed over all ranges, background work included
+  cpu ms   CPU time of this process (client and all three nodes) per transaction`
 
 // WriteRTTSummary prints each mode's slope of latency per ms of round
 // trip beside the post's and the model's.
@@ -189,7 +190,7 @@ func WriteWritesSummary(w io.Writer, fits []Fit) {
 var csvHeader = []string{"experiment", "mode", "rtt_ms", "reads", "writes", "txns", "failed", "retries", "elapsed_s",
 	"mean_ms", "p50_ms", "p99_ms", "max_ms", "consensus_rounds", "consensus_rounds_min", "consensus_rounds_max",
 	"consensus_batches", "path_batch_rpcs", "path_remote_rpcs", "timestamp_rpcs", "all_rpcs", "raft_entries",
-	"oracle_raft_entries", "read_index_rounds", "oracle_read_index_rounds", "machine"}
+	"oracle_raft_entries", "read_index_rounds", "oracle_read_index_rounds", "cpu_ms", "machine"}
 
 // WriteCSV writes the points of one experiment to path.
 func WriteCSV(path, experiment, machine string, points []Point) error {
@@ -206,7 +207,7 @@ func WriteCSV(path, experiment, machine string, points []Point) error {
 			ff(Ms(p.Mean)), ff(Ms(p.P50)), ff(Ms(p.P99)), ff(Ms(p.Max)), ff(p.ConsensusRounds),
 			strconv.FormatInt(p.ConsensusRoundsMin, 10), strconv.FormatInt(p.ConsensusRoundsMax, 10),
 			ff(p.ConsensusBatches), ff(p.PathBatchRPCs), ff(p.PathRemoteRPCs), ff(p.TimestampRPCs), ff(p.AllRPCs),
-			ff(p.RaftEntries), ff(p.OracleEntries), ff(p.ReadIndexRounds), ff(p.OracleReadIndexRounds), machine})
+			ff(p.RaftEntries), ff(p.OracleEntries), ff(p.ReadIndexRounds), ff(p.OracleReadIndexRounds), ff(Ms(p.CPU)), machine})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
@@ -318,7 +319,7 @@ func ReadCSV(path string) (points []Point, machine string, err error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("pipelinebench: %s: %w", path, err)
 	}
-	if len(rows) == 0 || len(rows[0]) != len(csvHeader) {
+	if len(rows) == 0 || (len(rows[0]) != len(csvHeader) && len(rows[0]) != len(csvHeader)-1) {
 		return nil, "", fmt.Errorf("pipelinebench: %s: not a bench pipeline CSV (header %v)", path, rows[:min(len(rows), 1)])
 	}
 	col := map[string]int{}
@@ -345,6 +346,13 @@ func ReadCSV(path string) (points []Point, machine string, err error) {
 			ConsensusBatches: fl("consensus_batches"), PathBatchRPCs: fl("path_batch_rpcs"), PathRemoteRPCs: fl("path_remote_rpcs"),
 			TimestampRPCs: fl("timestamp_rpcs"), AllRPCs: fl("all_rpcs"), RaftEntries: fl("raft_entries"),
 			OracleEntries: fl("oracle_raft_entries"), ReadIndexRounds: fl("read_index_rounds"), OracleReadIndexRounds: fl("oracle_read_index_rounds"),
+		}
+		if i, ok := col["cpu_ms"]; ok { // absent from CSVs written before the column
+			v, err := strconv.ParseFloat(r[i], 64)
+			if err != nil {
+				return nil, "", fmt.Errorf("pipelinebench: %s: column cpu_ms: %w", path, err)
+			}
+			p.CPU = time.Duration(v * float64(time.Millisecond))
 		}
 		if perr != nil {
 			return nil, "", fmt.Errorf("pipelinebench: %s: %w", path, perr)
