@@ -98,3 +98,20 @@ func (m *raftMetrics) unregister() {
 		m.reg.Unregister(c)
 	}
 }
+
+// prom returns the metrics of the replica's scheduler. A replica driven by
+// hand (manual.go) has no scheduler: it counts into metrics nobody reads.
+func (r *Replica) prom() *raftMetrics {
+	if r.scheduler == nil {
+		return unreadRaftMetrics
+	}
+	return r.scheduler.prom
+}
+
+var unreadRaftMetrics = func() *raftMetrics {
+	m, err := newRaftMetrics(&Scheduler{}, nil)
+	if err != nil {
+		panic(err) // nothing is registered: no error is possible
+	}
+	return m
+}()

@@ -132,7 +132,7 @@ func (r *Replica) persisted(p *pendingReady) {
 		if err := r.rs.Append(rd.Entries); err != nil {
 			panic(err)
 		}
-		r.scheduler.prom.entriesAppended.Add(float64(len(rd.Entries)))
+		r.prom().entriesAppended.Add(float64(len(rd.Entries)))
 		r.lastIndex = rd.Entries[len(rd.Entries)-1].Index
 		for _, e := range rd.Entries {
 			id := entryID(e)
@@ -169,7 +169,7 @@ func (r *Replica) completeReady(p *pendingReady) (more bool) {
 		p.after()
 	}
 	r.applyEntries(rd.CommittedEntries)
-	r.scheduler.prom.entriesApplied.Add(float64(len(rd.CommittedEntries)))
+	r.prom().entriesApplied.Add(float64(len(rd.CommittedEntries)))
 	// 4. Reads.
 	for _, rs := range rd.ReadStates {
 		rq := r.readCtx[string(rs.RequestCtx)]

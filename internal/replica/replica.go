@@ -830,7 +830,7 @@ func (r *Replica) drainInbox() {
 			continue
 		}
 		r.proposals[p.id] = p
-		r.scheduler.prom.proposals.Inc()
+		r.prom().proposals.Inc()
 	}
 	if len(reads) > 0 {
 		if !isLeader {
