@@ -166,6 +166,8 @@ type Node struct {
 	votesFrom time.Time
 	// identityLog rate-limits refusals of other clusters' RPCs (identity.go).
 	identityLog identityLog
+	// lastDead: the peers tick found not live last time (only tick uses it).
+	lastDead map[uint64]bool
 
 	mu struct {
 		sync.RWMutex
@@ -744,13 +746,26 @@ func (n *Node) tick() {
 		n.transport.beat(self, peers)
 	}
 	dead := n.liveness.dead(peers)
+	var revived map[uint64]bool
+	for id := range n.lastDead {
+		if !dead[id] {
+			if revived == nil {
+				revived = map[uint64]bool{}
+			}
+			revived[id] = true
+		}
+	}
+	n.lastDead = dead
 	var reps []*rangeReplica
-	if dead != nil {
+	if dead != nil || revived != nil {
 		// A peer went silent: every quiescent replica that depends on it
-		// must wake (Unquiesce puts it back in the active set).
+		// must wake (Unquiesce puts it back in the active set). A peer
+		// is live again: the quiescent leaders with a follower there
+		// wake, to catch it up (they quiesced without it).
 		n.mu.RLock()
 		for _, rr := range n.mu.replicas {
-			if !rr.r.Quiescent() || n.dependsOn(rr, self, dead) {
+			if !rr.r.Quiescent() || (dead != nil && n.dependsOn(rr, self, dead)) ||
+				(revived != nil && n.leadsFollowerOn(rr, self, revived)) {
 				reps = append(reps, rr)
 			}
 		}
@@ -799,9 +814,30 @@ func (n *Node) dependsOn(rr *rangeReplica, self uint64, dead map[uint64]bool) bo
 	if !st.IsLeader {
 		return st.Leader == 0 || dead[st.Leader]
 	}
+	// A leader depends on the dead only if they take its quorum (this node
+	// may be the one cut off, and must step down by CheckQuorum); a dead
+	// minority lets it quiesce without them (replica.maybeQuiesceLeader).
+	if d := rr.sm.Desc(); d != nil {
+		live := 0
+		for _, rd := range d.Replicas {
+			if rd.NodeId == self || !dead[rd.NodeId] {
+				live++
+			}
+		}
+		return live < len(d.Replicas)/2+1
+	}
+	return false
+}
+
+// leadsFollowerOn reports whether rr leads with a follower on a node in
+// ids.
+func (n *Node) leadsFollowerOn(rr *rangeReplica, self uint64, ids map[uint64]bool) bool {
+	if !rr.r.Status().IsLeader {
+		return false
+	}
 	if d := rr.sm.Desc(); d != nil {
 		for _, rd := range d.Replicas {
-			if rd.NodeId != self && dead[rd.NodeId] {
+			if rd.NodeId != self && ids[rd.NodeId] {
 				return true
 			}
 		}

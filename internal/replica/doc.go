@@ -84,9 +84,11 @@
 //  1. The leader quiesces on a tick when the group is idle: no proposal,
 //     read or commit for Config.QuiesceIdleTicks ticks; nothing pending
 //     (proposals, reads, lease renewals, a transfer, a Ready); every
-//     follower live (Config.PeerLive), recently active and holding the
+//     live follower (Config.PeerLive) recently active and holding the
 //     whole log (Match == last index), which is committed and applied at
-//     the leader. It sends each follower a quiesce heartbeat
+//     the leader, and the leader with its live followers a quorum (a
+//     follower on a node that is not live is left out, and woken with
+//     its leader when its node is live again). It sends each follower a quiesce heartbeat
 //     (QuiesceTransport.SendQuiesce: a MsgHeartbeat with the commit index,
 //     marked in the transport's wrapper) and stops ticking.
 //  2. A follower steps the quiesce heartbeat like any heartbeat (which

@@ -100,3 +100,42 @@ func TestQuiescedFollowersElectWhenLeaderStops(t *testing.T) {
 		}
 	}
 }
+
+// TestQuiesceWithDeadFollower checks that a group with a follower on a
+// node that is not live (Config.PeerLive) quiesces without it once the
+// leader and the live follower hold the whole log, and that the follower,
+// back, catches up on what it missed.
+func TestQuiesceWithDeadFollower(t *testing.T) {
+	var g *group
+	g = newGroupOpts(t, 0, func(c *Config) {
+		c.PeerLive = func(id uint64) bool { return g.replica(id) != nil }
+	}, true)
+	g.propose("a=1")
+	await(t, "the idle group quiesces", g.allQuiescent)
+	l := g.leader()
+	leader := l.Status().Leader
+	var dead uint64
+	for id := uint64(1); id <= 3; id++ {
+		if id != leader {
+			dead = id
+			break
+		}
+	}
+	g.stop(dead)
+	g.propose("b=2")
+	runningQuiescent := func() bool {
+		for id := uint64(1); id <= 3; id++ {
+			if r := g.replica(id); id != dead && (r == nil || !r.Status().Quiescent) {
+				return false
+			}
+		}
+		return true
+	}
+	await(t, "the group quiesces without its dead follower", runningQuiescent)
+	g.start(dead, 0)
+	idx := g.replica(leader).Status().Applied
+	g.waitApplied(dead, idx)
+	if got := dataOf(t, g.engines[dead]); !strings.Contains(got, "b\x012") {
+		t.Fatalf("the follower back holds %q, want b=2", got)
+	}
+}

@@ -880,19 +880,30 @@ func (r *Replica) maybeQuiesceLeader() bool {
 		len(r.proposals) > 0 || len(r.byIndex) > 0 || len(r.readCtx) > 0 || len(r.applyWait) > 0 {
 		return false
 	}
+	// Every live follower must hold the whole log; a follower on a node
+	// that is not live neither stops the group quiescing (as in
+	// CockroachDB: a range with a dead replica would otherwise never
+	// quiesce) nor gets the quiesce heartbeat, as long as the leader and
+	// the live followers are a quorum. When that node is live again the
+	// node wakes this leader (kvserver: Node.tick), which catches it up.
 	var followers []uint64
 	all := true
+	voters, live := 0, 1
 	r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		voters++
 		if id == r.cfg.NodeID {
 			return
 		}
-		if pr.Match != r.lastIndex || pr.State != tracker.StateReplicate || !pr.RecentActive ||
-			(r.cfg.PeerLive != nil && !r.cfg.PeerLive(id)) {
+		if r.cfg.PeerLive != nil && !r.cfg.PeerLive(id) {
+			return
+		}
+		if pr.Match != r.lastIndex || pr.State != tracker.StateReplicate || !pr.RecentActive {
 			all = false
 		}
+		live++
 		followers = append(followers, id)
 	})
-	if !all {
+	if !all || live < voters/2+1 {
 		return false
 	}
 	// Under mu, and only if the inbox is still empty: whatever arrived
