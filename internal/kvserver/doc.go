@@ -38,4 +38,13 @@
 // Meta records (range 1) are kept true by each range's leader: after a
 // split, and periodically, a leader whose meta record differs writes it
 // with MetaUpdateCommand, which never lowers a record's generation.
+//
+// Metrics and health (metrics.go, health.go, http.go; docs/OPERATIONS.md):
+// the node registers its metrics, and hands the same registry to its
+// engine, Raft scheduler and oracle, on Config.Metrics (a registry of its
+// own if nil; never a global one). With Config.HTTPAddr it serves them at
+// /metrics, with /health (live) and /health?ready=1 (ready); the gRPC
+// server carries grpc.health.v1 with the same readiness. Stop stops the
+// HTTP server before it closes the store, and unregisters what the node
+// registered, so a node restarted in the process may use the same registry.
 package kvserver
