@@ -200,3 +200,29 @@ func TestMetricsInProcess(t *testing.T) {
 		return nil
 	})
 }
+
+// TestRestartOnSameRegistry checks that a node stopped and started again in
+// the process can register its metrics on the same registry: Stop
+// unregisters everything the node, its engine, scheduler and oracle
+// registered.
+func TestRestartOnSameRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := kvserver.Config{StoreDir: filepath.Join(t.TempDir(), "n1"), ListenAddr: "127.0.0.1:0", Metrics: reg}
+	for i := 0; i < 2; i++ {
+		n, err := kvserver.Start(cfg)
+		if err != nil {
+			t.Fatalf("start %d: %v", i+1, err)
+		}
+		if got := metricSum(t, reg, "canopy_storage_wal_files"); got < 1 {
+			t.Errorf("start %d: canopy_storage_wal_files = %v", i+1, got)
+		}
+		n.Stop()
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fams) != 0 {
+			t.Fatalf("after Stop, the registry still has %d metric families, %s first", len(fams), fams[0].GetName())
+		}
+	}
+}
