@@ -168,8 +168,9 @@ func (r *Replica) completeReady(p *pendingReady) (more bool) {
 	if p.after != nil {
 		p.after()
 	}
-	r.applyEntries(rd.CommittedEntries)
-	r.prom().entriesApplied.Add(float64(len(rd.CommittedEntries)))
+	appliedBefore := r.applied
+	r.applyEntries(rd.CommittedEntries) // skips entries applied already
+	r.prom().entriesApplied.Add(float64(r.applied - appliedBefore))
 	// 4. Reads.
 	for _, rs := range rd.ReadStates {
 		rq := r.readCtx[string(rs.RequestCtx)]
