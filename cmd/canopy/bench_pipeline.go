@@ -81,8 +81,9 @@ range is awake, and a range quiesces after 3 idle ticks, so a read that
 finds the lease lapsed waits for a ReadIndex round (one round trip).
 
 Every point also shows what the system counted per transaction: consensus
-rounds on its critical path (client.RoundCounter), its Batch RPCs, oracle
-Timestamps RPCs, all RPCs and Raft entries. A point runs transactions one
+rounds on its critical path (client.RoundCounter), the ReadIndex rounds the
+leaseholders ran for it (lapsed leases; the oracle's apart), its Batch RPCs,
+oracle Timestamps RPCs, all RPCs, Raft entries and the process's CPU time. A point runs transactions one
 at a time for at most --duration and --txns-max after --warmup-txns; the
 whole run is bounded by --run-max. Writes <out>_rtt.csv/.png and
 <out>_writes.csv/.png and states the machine.`,

@@ -22,10 +22,12 @@
 // on the transaction's critical path (client.RoundCounter: sequential waits
 // for a Raft round, parallel ones counting once), the Batch RPCs sent on
 // that path (CallCounter, through the client's gRPC interceptor), the
-// oracle's Timestamps RPCs (client.Stats), and the Raft entries every range
-// appended (a caller-supplied probe of the nodes' committed indexes; this
-// includes work done after the client was answered, such as intent
-// resolution). Nothing here computes a count from the model.
+// oracle's Timestamps RPCs (client.Stats), and from a caller-supplied probe
+// of the nodes (Runner.Raft): the Raft entries every range appended (work
+// done after the client was answered, such as intent resolution, included)
+// and the ReadIndex rounds that requests waited for, on the oracle's range
+// apart (a read, or a timestamp, whose leaseholder's lease had lapsed), and
+// the process's CPU time. Nothing here computes a count from the model.
 //
 // Contract for callers: run points one at a time on a client used by
 // nothing else (the Stats and Raft deltas of a point are divided by its
