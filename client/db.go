@@ -77,7 +77,12 @@ func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) 
 	db.statuses = newStatusCache(db.opts.StatusCacheEntriesMax)
 	// The switches only tune: a cluster that cannot be read now is read
 	// again at the next refresh.
-	if err := db.refreshSwitches(ctx); err != nil {
+	// Bounded: with range 1 unavailable, Open must not wait out every
+	// routing attempt for a setting that is read again later anyway.
+	sctx, scancel := context.WithTimeout(ctx, db.opts.LookupTimeout)
+	err = db.refreshSwitches(sctx)
+	scancel()
+	if err != nil {
 		db.opts.Logger.Debug("canopy client: reading the cluster's transaction switches failed", "err", err)
 	}
 	go db.watchSwitches()
@@ -114,30 +119,71 @@ func (db *DB) Close() error {
 // Settings returns the cluster settings read at Open.
 func (db *DB) Settings() *rpcpb.ClusterSettings { return db.settings }
 
-// firstContact is Open's ClusterInfo, bounded by Options.DialTimeout.
+// firstContact is Open's ClusterInfo. With Options.DialTimeout, every
+// seed address is asked at once, each retried until the dial timeout, and
+// the first answer wins: a stopped node among the seeds costs nothing (as
+// etcdctl's per-endpoint dial timeout), and nothing answering ends in
+// ErrUnavailable "cannot reach any node" after the dial timeout.
 func (db *DB) firstContact(ctx context.Context, addresses []string) (*rpcpb.ClusterInfoResponse, error) {
 	if db.opts.DialTimeout <= 0 {
 		return db.ClusterInfo(ctx)
 	}
 	dctx, cancel := context.WithTimeout(ctx, db.opts.DialTimeout)
 	defer cancel()
-	info, err := db.ClusterInfo(dctx)
-	if err != nil && ctx.Err() == nil && errors.Is(err, ErrUnavailable) {
-		return nil, fmt.Errorf("%w: cannot reach any node of %s (dial timeout %v): %v",
-			ErrUnavailable, strings.Join(addresses, ","), db.opts.DialTimeout, lastCause(err))
+	type answer struct {
+		info *rpcpb.ClusterInfoResponse
+		err  error
 	}
-	return info, err
+	answers := make(chan answer, len(addresses))
+	for _, addr := range addresses {
+		go func(addr string) {
+			bo := newBackoff(db.opts.SendBackoffInitial, db.opts.SendBackoffMax)
+			var last error
+			for {
+				info, err := db.clusterInfoAt(dctx, addr)
+				if err == nil {
+					answers <- answer{info: info}
+					return
+				}
+				last = err
+				if sleepCtx(dctx, bo.next()) != nil {
+					answers <- answer{err: last}
+					return
+				}
+			}
+		}(addr)
+	}
+	var errs []string
+	for range addresses {
+		a := <-answers
+		if a.err == nil {
+			cancel() // the other seeds stop
+			db.nodes.update(a.info.GetNodes())
+			return a.info, nil
+		}
+		errs = append(errs, a.err.Error())
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: cluster info: %w", ErrUnavailable, err)
+	}
+	return nil, fmt.Errorf("%w: cannot reach any node of %s (dial timeout %v): %s",
+		ErrUnavailable, strings.Join(addresses, ","), db.opts.DialTimeout, strings.Join(errs, "; "))
 }
 
-// lastCause returns the last error that err wraps with others (the
-// attempt's error of a routing loop's "unavailable: what: cause"), or err.
-func lastCause(err error) error {
-	if u, ok := err.(interface{ Unwrap() []error }); ok {
-		if es := u.Unwrap(); len(es) > 0 {
-			return es[len(es)-1]
-		}
+// clusterInfoAt asks the node at addr for ClusterInfo, once.
+func (db *DB) clusterInfoAt(ctx context.Context, addr string) (*rpcpb.ClusterInfoResponse, error) {
+	kv, err := db.nodes.client(addr)
+	if err != nil {
+		return nil, err
 	}
-	return err
+	resp, err := kv.ClusterInfo(ctx, &rpcpb.ClusterInfoRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", addr, err)
+	}
+	if pe := resp.GetError(); pe.GetCode() != rpcpb.ErrorCode_OK {
+		return nil, fmt.Errorf("%s: %s: %s", addr, pe.GetCode(), pe.GetMessage())
+	}
+	return resp, nil
 }
 
 // ClusterInfo asks any node for the cluster's settings and nodes, and

@@ -59,3 +59,37 @@ func TestOpenSkipsSilentNode(t *testing.T) {
 	defer db.Close()
 	mustPut(t, db, "a", "1")
 }
+
+// With a dial timeout, Open asks every seed at once: a silent first seed
+// costs nothing even when one attempt at it could take the whole dial
+// timeout (the review's case: --dial-timeout and the lookup timeout both
+// 2s made Open fail).
+func TestOpenSilentSeedWithDialTimeout(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			conn, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+		}
+	}()
+	c := newFakeCluster(t, 1)
+	o := testOptions()
+	// Equal, as the CLI's defaults (2s each): one attempt at the silent
+	// seed would take the whole dial timeout.
+	o.DialTimeout, o.LookupTimeout = 5*time.Second, 5*time.Second
+	db, err := Open(context.Background(), []string{silent.Addr().String(), c.addrs()[0]}, WithOptions(o))
+	if err != nil {
+		t.Fatalf("Open with a silent first seed: %v", err)
+	}
+	defer db.Close()
+	if db.Settings() == nil {
+		t.Fatal("no cluster settings after Open")
+	}
+}

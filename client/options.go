@@ -253,6 +253,7 @@ func (o *Options) Validate() error {
 		"IntentWaitYoungerMax": o.IntentWaitYoungerMax, "AbortTimeout": o.AbortTimeout,
 		"CloseDrainMax": o.CloseDrainMax,
 		"LookupTimeout": o.LookupTimeout, "DialTimeout": o.DialTimeout,
+		"SettingsRefresh": o.SettingsRefresh,
 	} {
 		if v < 0 {
 			return invalidArgf("option %s is negative (%v)", name, v)

@@ -56,7 +56,13 @@ func (o *oracle) fetch(n int) (uint64, error) {
 	defer cancel()
 	var first uint64
 	_, err := o.s.route(ctx, keys.OracleBoundKey, false, func(ctx context.Context, kv rpcpb.KVClient, _ *rpcpb.RangeDescriptor) (*rpcpb.Error, error) {
-		resp, err := kv.Timestamps(ctx, &rpcpb.TimestampRequest{Count: uint32(n)})
+		// An oracle host that does not answer (stopped, cut off) is left
+		// after LookupTimeout for range 1's other replicas, which redirect
+		// to its new leaseholder once it has one: a Timestamps RPC may be
+		// repeated (an unused timestamp costs nothing).
+		actx, cancel := context.WithTimeout(ctx, o.opts.LookupTimeout)
+		defer cancel()
+		resp, err := kv.Timestamps(actx, &rpcpb.TimestampRequest{Count: uint32(n)})
 		if err != nil {
 			return nil, err
 		}

@@ -153,7 +153,11 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 		case rpcpb.ErrorCode_UNAVAILABLE, rpcpb.ErrorCode_NOT_BOOTSTRAPPED:
 			if rpcpb.IsOutOfDisk(pbErr) {
 				// Final for this attempt loop: the leaseholder stays out of
-				// disk until an operator frees space (ErrOutOfDisk).
+				// disk until an operator frees space (ErrOutOfDisk). An
+				// earlier attempt may have applied the write, though.
+				if ambiguous {
+					return e.desc, giveUp(true, "write refused for lack of disk after an attempt with an unknown outcome", errorFromPB(pbErr))
+				}
 				return e.desc, errorFromPB(pbErr)
 			}
 			s.cache.clearLeaseholder(rid, nodeID)

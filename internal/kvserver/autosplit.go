@@ -48,9 +48,19 @@ func (n *Node) maybeSplitBySize(ctx context.Context, rr *rangeReplica) bool {
 		return false
 	}
 	d := rr.sm.Desc()
-	key, err := splitKeyBySize(n.eng, d.StartKey, d.EndKey)
-	if err != nil || key == nil {
-		n.log.Debug("size-based split: no split key", "range", d.RangeId, "bytes", size, "err", err)
+	if last, ok := n.splitChecked[d.RangeId]; ok && last.generation == d.Generation && size < last.size+uint64(limit)/4 {
+		// Scanned at about this size and found no split worth making.
+		return false
+	}
+	key, live, err := splitKeyBySize(n.eng, d.StartKey, d.EndKey)
+	if err != nil || key == nil || live < limit/2 {
+		// Nothing to split on (one key), or the size on disk is mostly
+		// dead bytes not yet compacted away: look again once it grows.
+		if n.splitChecked == nil {
+			n.splitChecked = map[uint64]splitCheck{}
+		}
+		n.splitChecked[d.RangeId] = splitCheck{generation: d.Generation, size: size}
+		n.log.Debug("size-based split: none", "range", d.RangeId, "bytes_on_disk", size, "live_bytes", live, "err", err)
 		return false
 	}
 	resp := n.splitLocal(ctx, rr, key)
@@ -63,14 +73,21 @@ func (n *Node) maybeSplitBySize(ctx context.Context, rr *rangeReplica) bool {
 	return true
 }
 
+// splitCheck records a size-based split check that found no split.
+type splitCheck struct {
+	generation uint64
+	size       uint64 // estimated bytes on disk then
+}
+
 // errSplitKeyFound ends splitKeyBySize's scan.
 var errSplitKeyFound = errors.New("found")
 
 // splitKeyBySize returns the logical key at which [start, end) divides its
 // data (keys and values, every version) in two halves, or nil if the span
-// holds fewer than two logical keys. The key is the first key of the right
-// half, never start. Two passes over the span: sizes, then the key.
-func splitKeyBySize(r storage.Reader, start, end []byte) ([]byte, error) {
+// holds fewer than two logical keys, and the data's size in bytes. The key
+// is the first key of the right half, never start. Two passes over the
+// span: sizes, then the key.
+func splitKeyBySize(r storage.Reader, start, end []byte) ([]byte, int64, error) {
 	var total int64
 	var last []byte
 	keysSeen := 0
@@ -87,7 +104,7 @@ func splitKeyBySize(r storage.Reader, start, end []byte) ([]byte, error) {
 		return nil
 	})
 	if err != nil || keysSeen < 2 {
-		return nil, err
+		return nil, total, err
 	}
 	var acc int64
 	var split []byte
@@ -109,14 +126,14 @@ func splitKeyBySize(r storage.Reader, start, end []byte) ([]byte, error) {
 		return nil
 	})
 	if errors.Is(err, errSplitKeyFound) {
-		return split, nil
+		return split, total, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, total, err
 	}
 	// Half the data is in the last key: split before it.
 	if !bytes.Equal(last, start) && len(last) > 0 {
-		return append([]byte(nil), last...), nil
+		return append([]byte(nil), last...), total, nil
 	}
-	return nil, nil
+	return nil, total, nil
 }

@@ -60,6 +60,13 @@ func (n *Node) collectRange(ctx context.Context, rr *rangeReplica, threshold uin
 func (n *Node) CollectGarbage(ctx context.Context) (int, error) {
 	n.gcMu.Lock()
 	defer n.gcMu.Unlock()
+	// Each range's data-change count before the oracle timestamp: every
+	// version applied by then has a timestamp below now (gcSkip).
+	reps := n.replicaList()
+	changes := make(map[uint64]uint64, len(reps))
+	for _, rr := range reps {
+		changes[rr.r.RangeID()] = rr.sm.dataChanges.Load()
+	}
 	// One threshold for the round: GCTTL behind a fresh oracle timestamp.
 	now, e := n.timestamp(ctx)
 	if e != nil {
@@ -71,14 +78,14 @@ func (n *Node) CollectGarbage(ctx context.Context) (int, error) {
 	}
 	total := 0
 	var first error
-	for _, rr := range n.replicaList() {
+	for _, rr := range reps {
 		d := rr.sm.Desc()
 		// Only ranges holding user keys have versions (the last status
 		// range ends at the user prefix, so test the end key strictly).
 		if d == nil || !rr.r.Status().IsLeader || bytes.Compare(d.EndKey, keys.UserPrefix) <= 0 {
 			continue
 		}
-		if n.gcSkip(rr, now, now-ttl) {
+		if n.gcSkip(rr, changes[rr.r.RangeID()], now, now-ttl) {
 			continue
 		}
 		k, complete, err := n.collectRange(ctx, rr, now-ttl)
@@ -107,7 +114,10 @@ type gcRangeState struct {
 }
 
 // gcSkip reports whether the GC round with oracle timestamp now and
-// threshold may leave rr alone, which wakes no quiescent range:
+// threshold may leave rr alone, which wakes no quiescent range. changes is
+// rr's data-change count read before now was taken (so every version it
+// counts is below now; a count read later could include a write above
+// now):
 //   - the range's data has not changed since a round at oracle time since,
 //     and GC already ran clean at a threshold >= since. Every version is
 //     then below that threshold, so each key already has only its newest
@@ -120,9 +130,8 @@ type gcRangeState struct {
 // Skipping is always safe: GC removes only garbage, and a threshold left
 // where it was refuses fewer reads, all of which the versions kept still
 // answer.
-func (n *Node) gcSkip(rr *rangeReplica, now, threshold uint64) bool {
+func (n *Node) gcSkip(rr *rangeReplica, changes, now, threshold uint64) bool {
 	id := rr.r.RangeID()
-	changes := rr.sm.dataChanges.Load()
 	if n.gcState == nil {
 		n.gcState = map[uint64]gcRangeState{}
 	}

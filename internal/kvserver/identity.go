@@ -193,7 +193,7 @@ func (n *Node) checkPeersIdentity(ctx context.Context) {
 		}
 	}
 	if refused > len(nodes)/2 {
-		n.refuseToServe(fmt.Errorf("kvserver: the store %s belongs to cluster %s, but %d of the other %d nodes of its cluster refuse it as a node of another cluster (%v); start this node with its own cluster's store, or wipe the store and add the node anew",
+		n.refuseToServe(fmt.Errorf("kvserver: the store %s belongs to cluster %s, but %d of the other %d nodes of its cluster refuse it as a node of another cluster (%v); either this store is not this node's (start the node with its own cluster's store) or --join names another cluster's nodes (check --join); the store is left as it is",
 			n.cfg.StoreDir, n.settings().GetClusterId(), refused, peers, example))
 	}
 }
@@ -207,4 +207,11 @@ func (n *Node) refuseToServe(err error) {
 		n.failure.err = err
 		close(n.failure.done)
 	})
+}
+
+// fromNode reports whether the incoming RPC of ctx was sent by a node (it
+// carries the sender's node ID), not by a client.
+func fromNode(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	return ok && first(md.Get(rpcpb.MetadataFromNode)) != ""
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 
+	"github.com/canopy-db/canopy/internal/eval"
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/mvcc"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -39,8 +40,21 @@ func (n *Node) lookupMeta(ctx context.Context, key []byte) (*rpcpb.RangeDescript
 		if err != nil {
 			return nil, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "%v", err)
 		}
-		resp, err := cl.RangeLookup(ctx, &rpcpb.RangeLookupRequest{Key: key})
+		// One attempt is bounded by an election timeout: range 1's
+		// leaseholder stopped or cut off must not hold every lookup for
+		// the whole request timeout.
+		actx, cancel := context.WithTimeout(ctx, n.electionTimeout())
+		resp, err := cl.RangeLookup(actx, &rpcpb.RangeLookupRequest{Key: key})
+		cancel()
 		if err != nil {
+			// A descriptor from this node's own replica of range 1, maybe
+			// stale, is better than waiting for range 1's election:
+			// descriptors check themselves (the range a stale one names
+			// answers RANGE_KEY_MISMATCH with its own, and the caller
+			// looks up again), as CockroachDB's inconsistent meta reads.
+			if d := n.lookupMetaStale(key); d != nil {
+				return d, nil
+			}
 			return nil, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "meta lookup on n%d: %v", target, err)
 		}
 		if resp.Error == nil {
@@ -85,6 +99,24 @@ func (n *Node) lookupMetaLocal(ctx context.Context, key []byte) (*rpcpb.RangeDes
 		return nil, pbErr(rpcpb.ErrorCode_INTERNAL, "meta record: %v", err)
 	}
 	return d, nil
+}
+
+// lookupMetaStale reads the descriptor of the range containing key from
+// this node's replica of range 1 as it stands, without asking its
+// leaseholder: nil if there is none or it fails.
+func (n *Node) lookupMetaStale(key []byte) *rpcpb.RangeDescriptor {
+	if rr := n.replica(OracleRangeID); rr == nil || rr.sm.Desc() == nil {
+		return nil
+	}
+	kvs, _, err := mvcc.ScanPlain(n.eng, keys.MetaLookupKey(key), keys.MetaEnd, 1)
+	if err != nil || len(kvs) == 0 {
+		return nil
+	}
+	d := &rpcpb.RangeDescriptor{}
+	if proto.Unmarshal(kvs[0].Value, d) != nil || !eval.ContainsKey(d, key) {
+		return nil
+	}
+	return d
 }
 
 // ensureMeta writes d's meta record if it differs from d.

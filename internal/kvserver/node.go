@@ -127,6 +127,14 @@ func (c *Config) ensureDefaults() error {
 	if c.DiskCheckInterval == 0 {
 		c.DiskCheckInterval = DefaultDiskCheckInterval
 	}
+	for name, d := range map[string]time.Duration{
+		"TickInterval": c.TickInterval, "RequestTimeout": c.RequestTimeout, "BalanceInterval": c.BalanceInterval,
+		"GCTTL": c.GCTTL, "GCInterval": c.GCInterval, "DiskCheckInterval": c.DiskCheckInterval,
+	} {
+		if d < 0 {
+			return fmt.Errorf("kvserver: Config.%s is negative (%v)", name, d)
+		}
+	}
 	if c.DiskFullLogInterval == 0 {
 		c.DiskFullLogInterval = DefaultDiskFullLogInterval
 	}
@@ -168,6 +176,9 @@ type Node struct {
 	identityLog identityLog
 	// lastDead: the peers tick found not live last time (only tick uses it).
 	lastDead map[uint64]bool
+	// splitChecked: size-based split checks that found no split, by range
+	// (only the balance loop uses it; autosplit.go).
+	splitChecked map[uint64]splitCheck
 
 	mu struct {
 		sync.RWMutex
@@ -175,7 +186,10 @@ type Node struct {
 		settings *rpcpb.ClusterSettings
 		nodes    map[uint64]string
 		replicas map[uint64]*rangeReplica
-		conns    map[string]*grpc.ClientConn
+		// refuseVotes: until when a replica created for a range refuses
+		// votes (startRange replaced one there; see RefuseVotesUntil).
+		refuseVotes map[uint64]time.Time
+		conns       map[string]*grpc.ClientConn
 		// oracleTerm is the Raft term in which this node leads range 1
 		// and hosts the oracle; 0 when it does not.
 		oracleTerm uint64
@@ -258,6 +272,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.mu.nodes = map[uint64]string{}
 	n.mu.replicas = map[uint64]*rangeReplica{}
+	n.mu.refuseVotes = map[uint64]time.Time{}
 	n.mu.conns = map[string]*grpc.ClientConn{}
 	schedCfg := cfg.RaftScheduler
 	schedCfg.Engine = eng
@@ -551,6 +566,11 @@ func (n *Node) newReplica(rangeID uint64, desc *rpcpb.RangeDescriptor) (*rangeRe
 // newReplicaRefusingVotes is newReplica for a replica that drops vote
 // requests until refuseVotesUntil (replica.Config.RefuseVotesUntil).
 func (n *Node) newReplicaRefusingVotes(rangeID uint64, desc *rpcpb.RangeDescriptor, refuseVotesUntil time.Time) (*rangeReplica, error) {
+	n.mu.RLock()
+	if t := n.mu.refuseVotes[rangeID]; t.After(refuseVotesUntil) {
+		refuseVotesUntil = t
+	}
+	n.mu.RUnlock()
 	if desc == nil {
 		var err error
 		if desc, err = loadDesc(n.eng, rangeID); err != nil {
@@ -601,17 +621,27 @@ func (n *Node) startRange(d *rpcpb.RangeDescriptor) {
 		return
 	}
 	delete(n.mu.replicas, d.RangeId)
+	var refuseVotesUntil time.Time
+	if old != nil {
+		// The replica replaced may have acknowledged a leader's heartbeat
+		// (counted towards its lease); the new one has forgotten it. The
+		// refusal is recorded before the old replica goes, so that a
+		// replica created meanwhile for an incoming message
+		// (receiveRaft) refuses votes too.
+		now := time.Now()
+		refuseVotesUntil = now.Add(n.leaseDuration())
+		for id, t := range n.mu.refuseVotes {
+			if t.Before(now) {
+				delete(n.mu.refuseVotes, id)
+			}
+		}
+		n.mu.refuseVotes[d.RangeId] = refuseVotesUntil
+	}
 	n.mu.Unlock()
 	if old != nil {
 		// We may be on a scheduler worker, applying the split: Stop waits
 		// only for the old replica's critical section, never for a round.
 		old.r.Stop()
-	}
-	var refuseVotesUntil time.Time
-	if old != nil {
-		// The replica replaced may have acknowledged a leader's heartbeat
-		// (counted towards its lease); the new one has forgotten it.
-		refuseVotesUntil = time.Now().Add(n.leaseDuration())
 	}
 	rr, err := n.newReplicaRefusingVotes(d.RangeId, d, refuseVotesUntil)
 	if err != nil {
@@ -902,7 +932,7 @@ func (n *Node) balance() {
 		}
 		if !splitDone && st.Leaseholder {
 			// At most one size-based split per round (autosplit.go).
-			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
+			ctx, cancel := context.WithTimeout(n.stopCtx, n.cfg.RequestTimeout)
 			splitDone = n.maybeSplitBySize(ctx, rr)
 			cancel()
 			if splitDone {

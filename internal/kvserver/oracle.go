@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/canopy-db/canopy/internal/replica"
 	"time"
 
 	"github.com/canopy-db/canopy/internal/keys"
@@ -149,15 +150,24 @@ func (n *Node) timestamp(ctx context.Context) (uint64, *rpcpb.Error) {
 // fetchTimestamps asks the oracle for count timestamps, following
 // leaseholder hints, on behalf of every caller waiting in n.tsBatcher: it
 // is bounded by the request timeout and the node's life, not by a caller.
+//
+// One attempt at a remote oracle host is bounded by an election timeout: a
+// host that does not answer (stopped, cut off) is asked again only after
+// range 1's leader, as this node's replica of it sees it, has been read
+// again, so the request moves to a new oracle host as soon as range 1
+// elects one, instead of waiting out the request timeout.
 func (n *Node) fetchTimestamps(count int) (uint64, error) {
 	ctx, cancel := context.WithTimeout(n.stopCtx, n.cfg.RequestTimeout)
 	defer cancel()
-	target := uint64(0)
-	if rr := n.replica(OracleRangeID); rr != nil {
-		target = rr.r.Status().Leader
+	leader := func() uint64 {
+		if rr := n.replica(OracleRangeID); rr != nil {
+			return rr.r.Status().Leader
+		}
+		return 0
 	}
+	target := leader()
 	var last *rpcpb.Error
-	for i := 0; i < OracleHintsMax; i++ {
+	for hints := 0; hints < OracleHintsMax; {
 		if target == 0 || target == n.NodeID() {
 			ts, e := n.allocateLocal(ctx, uint32(count))
 			if e == nil {
@@ -168,15 +178,27 @@ func (n *Node) fetchTimestamps(count int) (uint64, error) {
 				return 0, e
 			}
 			target = e.LeaseholderHint
+			hints++
 			continue
 		}
 		cl, err := n.kvClient(target)
 		if err != nil {
 			return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle: %v", err)
 		}
-		resp, err := cl.Timestamps(ctx, &rpcpb.TimestampRequest{Count: uint32(count)})
+		actx, acancel := context.WithTimeout(ctx, n.electionTimeout())
+		resp, err := cl.Timestamps(actx, &rpcpb.TimestampRequest{Count: uint32(count)})
+		acancel()
 		if err != nil {
-			return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle on n%d: %v", target, err)
+			last = pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle on n%d: %v", target, err)
+			// Wait a tick for range 1's view of its leader to move on, then
+			// ask whoever leads it now.
+			select {
+			case <-ctx.Done():
+				return 0, last
+			case <-time.After(n.cfg.TickInterval):
+			}
+			target = leader()
+			continue
 		}
 		if resp.Error == nil {
 			if resp.Count != uint32(count) || resp.First == 0 {
@@ -189,9 +211,18 @@ func (n *Node) fetchTimestamps(count int) (uint64, error) {
 			return 0, resp.Error
 		}
 		target = resp.Error.LeaseholderHint
+		hints++
 	}
 	if last == nil {
 		return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle: no leaseholder found")
 	}
 	return 0, last
+}
+
+// electionTimeout is Raft's election timeout on this node: within about it
+// a range whose leader stopped elects another.
+func (n *Node) electionTimeout() time.Duration {
+	c := replica.Config{ElectionTicks: n.cfg.ElectionTicks, TickInterval: n.cfg.TickInterval}
+	c.EnsureDefaults()
+	return time.Duration(c.ElectionTicks) * c.TickInterval
 }

@@ -276,6 +276,16 @@ func (s *rangeSM) applySplit(b *storage.Batch, desc *rpcpb.RangeDescriptor, sc *
 	if err := replica.WriteInitialState(b, right.RangeId, voters(right), hard); err != nil {
 		panic(err)
 	}
+	// The right hand side inherits the GC threshold: reads below it, and
+	// the refusals and 1PC records pruned below it, must stay refused
+	// there too.
+	threshold, err := loadGCThreshold(b, s.rangeID)
+	if err != nil {
+		panic(err)
+	}
+	if err := b.Set(storage.RangeLocalKey(right.RangeId, storage.SuffixGCThreshold), binary.BigEndian.AppendUint64(nil, threshold)); err != nil {
+		panic(err)
+	}
 	if err := b.Set(registryKey(right.RangeId), nil); err != nil {
 		panic(err)
 	}

@@ -2,6 +2,7 @@ package kvserver
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -111,6 +112,14 @@ func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
 		if len(key) == 0 {
 			return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "empty key")
 		}
+		switch ru.Value.(type) {
+		case *rpcpb.RequestUnion_PlainGet, *rpcpb.RequestUnion_PlainPut, *rpcpb.RequestUnion_PlainPutUnlessExists:
+			// A user key's plain slot holds its key record (1PC records,
+			// refusals): only the protocol's own requests may touch it.
+			if keys.IsUser(key) {
+				return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "%s on user key %q: plain requests are for system keys only", ru.Method(), key)
+			}
+		}
 		if len(key) > keyMax {
 			return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "key of %d bytes exceeds KeyBytesMax (%d bytes)", len(key), keys.KeyBytesMax)
 		}
@@ -204,7 +213,13 @@ func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.Batch
 			break
 		}
 	}
-	resp, fx, data, err := evaluateWrite(n.eng, rr.sm.Desc(), term, writeTs, req)
+	// The GC threshold bounds what evaluation may read (CommitOnePC's
+	// refresh and its record pruning, QueryOnePC), as for reads.
+	gcThreshold, gerr := rr.sm.gcThreshold()
+	if gerr != nil {
+		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", gerr))
+	}
+	resp, fx, data, err := evaluateWrite(n.eng, rr.sm.Desc(), term, writeTs, gcThreshold, req)
 	if err != nil {
 		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
 	}
@@ -258,10 +273,10 @@ func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.Batch
 // with the term and the range generation, which apply checks
 // (rangeSM.Apply). cmd is nil when the evaluation failed (resp.Error) or
 // wrote nothing. The caller holds the batch's write latches.
-func evaluateWrite(eng *storage.Engine, desc *rpcpb.RangeDescriptor, term, writeTs uint64, req *rpcpb.BatchRequest) (resp *rpcpb.BatchResponse, fx eval.Effects, cmd []byte, err error) {
+func evaluateWrite(eng *storage.Engine, desc *rpcpb.RangeDescriptor, term, writeTs, gcThreshold uint64, req *rpcpb.BatchRequest) (resp *rpcpb.BatchResponse, fx eval.Effects, cmd []byte, err error) {
 	b := eng.NewBatch()
 	defer b.Close()
-	resp, fx = eval.EvalWrite(eval.Context{Desc: desc, WriteTs: writeTs}, b, req)
+	resp, fx = eval.EvalWrite(eval.Context{Desc: desc, WriteTs: writeTs, GCThreshold: gcThreshold}, b, req)
 	if resp.Error != nil || b.Empty() {
 		return resp, fx, nil, nil
 	}
@@ -312,6 +327,26 @@ func (s *kvService) Timestamps(ctx context.Context, req *rpcpb.TimestampRequest)
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
 	first, e := n.allocateLocal(ctx, req.Count)
+	if l := n.r1Leader(); e != nil && e.Code == rpcpb.ErrorCode_NOT_LEASEHOLDER && !fromNode(ctx) &&
+		l != 0 && l != n.NodeID() && !n.liveness.isLive(l) {
+		// A client's request at a node that is not the oracle host, while
+		// the host range 1 last had is silent (stopped, cut off): fetch
+		// for the client rather than send it back with that stale hint
+		// (fetchTimestamps moves on as soon as range 1 elects a leader).
+		// Otherwise the hint goes back, so the client talks to the oracle
+		// host directly. A node's request is never forwarded again, so
+		// forwarding cannot loop.
+		f, err := n.fetchTimestamps(int(req.Count))
+		if err == nil {
+			return &rpcpb.TimestampResponse{First: f, Count: req.Count}, nil
+		}
+		var pe *rpcpb.Error
+		if errors.As(err, &pe) {
+			e = pe
+		} else {
+			e = pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle: %v", err)
+		}
+	}
 	if e != nil {
 		return &rpcpb.TimestampResponse{Error: e}, nil
 	}

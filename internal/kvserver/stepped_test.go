@@ -901,7 +901,7 @@ func (e *steppedEnv) evaluate(rq *steppedRequest, rr *rangeReplica) {
 	case "put":
 		ts := e.nextTs
 		e.nextTs++
-		resp, _, data, err := evaluateWrite(n.eng, rr.sm.Desc(), rq.term, ts, rq.req)
+		resp, _, data, err := evaluateWrite(n.eng, rr.sm.Desc(), rq.term, ts, 0, rq.req)
 		if err != nil {
 			e.t.Fatal(err)
 		}

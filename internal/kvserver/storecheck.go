@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -167,6 +168,9 @@ func isPebbleOpenDamage(err error) bool {
 	s := err.Error()
 	if errors.Is(err, syscall.ENOSPC) || strings.Contains(s, "no space left on device") {
 		return false // a full disk, not a damaged store
+	}
+	if errors.Is(err, fs.ErrPermission) || strings.Contains(s, "permission denied") {
+		return false // the process may not read its files: not damage
 	}
 	return strings.Contains(s, "file does not exist") || strings.Contains(s, "MANIFEST") ||
 		strings.Contains(s, "unknown to the objstorage provider")
