@@ -19,6 +19,7 @@ type benchTxnOptions struct {
 	benchClusterOptions
 	check      bool
 	pipelining bool
+	switches   string
 }
 
 func init() {
@@ -43,6 +44,11 @@ With --pipelining the Canopy transfers run with transactional pipelining
 (client.Options.Pipelining): each Txn.Put returns once its leaseholder has
 proposed it, and the commit proves the writes before its commit point.
 
+With --switches off or on the Canopy transfers run with all three
+transaction switches (pipelining, parallel commits, one-phase commit) off or
+on for the client, whatever the cluster setting says: the same binary
+measured both ways.
+
 With --check (the default) it reads every key after the runs and fails if
 the balances no longer sum to what was loaded: transfers are atomic, so the
 total never changes. Cluster flags as for canopy bench kv.`,
@@ -58,6 +64,7 @@ total never changes. Cluster flags as for canopy bench kv.`,
 	o.register(f, "docs/bench/txn")
 	f.BoolVar(&o.check, "check", true, "after the runs, read every key and check that the total balance is unchanged")
 	f.BoolVar(&o.pipelining, "pipelining", false, "Canopy: run the transfers with transactional pipelining (client.Options.Pipelining)")
+	f.StringVar(&o.switches, "switches", "", "Canopy: off or on: run the transfers with pipelining, parallel commits and one-phase commit all off or all on (default: the cluster setting)")
 	benchCmd.AddCommand(cmd)
 }
 
@@ -77,9 +84,26 @@ func runBenchTxn(ctx context.Context, o benchTxnOptions, command string) error {
 		return err
 	}
 	defer closeTargets(targets)
-	if o.pipelining {
+	var sw client.Toggle
+	switch o.switches {
+	case "":
+	case "on":
+		sw = client.ToggleOn
+	case "off":
+		sw = client.ToggleOff
+	default:
+		return fmt.Errorf("--switches %q: want off or on", o.switches)
+	}
+	if o.pipelining && sw != 0 {
+		return fmt.Errorf("--pipelining and --switches: give one")
+	}
+	if o.pipelining || sw != 0 {
+		co, label := client.Options{Pipelining: client.ToggleOn}, "pipelined"
+		if sw != 0 {
+			co, label = client.Options{Pipelining: sw, ParallelCommits: sw, OnePC: sw}, "switches "+o.switches
+		}
 		for i := range targets {
-			if err := pipelineTarget(ctx, &targets[i]); err != nil {
+			if err := pipelineTarget(ctx, &targets[i], co, label); err != nil {
 				return err
 			}
 		}
@@ -107,13 +131,13 @@ func runBenchTxn(ctx context.Context, o benchTxnOptions, command string) error {
 }
 
 // pipelineTarget makes tg's transfers run on a second client of the same
-// cluster with pipelining on (loading and the final check keep the first).
+// cluster with options co (loading and the final check keep the first).
 // The addresses come from the cluster itself, so that this works for a
 // cluster started here as for --host.
-func pipelineTarget(ctx context.Context, tg *benchTarget) error {
+func pipelineTarget(ctx context.Context, tg *benchTarget, co client.Options, label string) error {
 	db, ok := tg.kv.(*client.DB)
 	if !ok {
-		return fmt.Errorf("--pipelining is for Canopy, not %s", tg.label)
+		return fmt.Errorf("--pipelining and --switches are for Canopy, not %s", tg.label)
 	}
 	info, err := db.ClusterInfo(ctx)
 	if err != nil {
@@ -123,12 +147,12 @@ func pipelineTarget(ctx context.Context, tg *benchTarget) error {
 	for _, n := range info.GetNodes() {
 		addrs = append(addrs, n.GetAddress())
 	}
-	pdb, err := client.Open(ctx, addrs, client.WithOptions(client.Options{Pipelining: client.ToggleOn}))
+	pdb, err := client.Open(ctx, addrs, client.WithOptions(co))
 	if err != nil {
 		return err
 	}
 	tg.txn = txnbench.Canopy{DB: pdb}
-	tg.label += ", pipelined"
+	tg.label += ", " + label
 	closeFirst := tg.closeFn
 	tg.closeFn = func() {
 		_ = pdb.Close()
