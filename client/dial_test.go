@@ -32,20 +32,7 @@ func TestOpenNothingListening(t *testing.T) {
 // process) costs Open one LookupTimeout, not RPCTimeout: the next seed
 // answers.
 func TestOpenSkipsSilentNode(t *testing.T) {
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	go func() {
-		for {
-			conn, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			defer conn.Close() // held open, never answered
-		}
-	}()
+	silent := silentListener(t)
 	c := newFakeCluster(t, 1)
 	o := testOptions()
 	o.RPCTimeout = time.Hour // an attempt at the silent node must not wait for it
@@ -65,20 +52,7 @@ func TestOpenSkipsSilentNode(t *testing.T) {
 // timeout (the review's case: --dial-timeout and the lookup timeout both
 // 2s made Open fail).
 func TestOpenSilentSeedWithDialTimeout(t *testing.T) {
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	go func() {
-		for {
-			conn, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			defer conn.Close()
-		}
-	}()
+	silent := silentListener(t)
 	c := newFakeCluster(t, 1)
 	o := testOptions()
 	// Equal, as the CLI's defaults (2s each): one attempt at the silent
@@ -92,4 +66,30 @@ func TestOpenSilentSeedWithDialTimeout(t *testing.T) {
 	if db.Settings() == nil {
 		t.Fatal("no cluster settings after Open")
 	}
+}
+
+// silentListener accepts connections and never answers on them, as a
+// stopped process's socket does; closed with the test.
+func silentListener(t *testing.T) net.Listener {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}()
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, conn) // held open, never answered
+		}
+	}()
+	return l
 }

@@ -1,8 +1,6 @@
 package replica
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -70,38 +68,9 @@ func (r *Replica) HandleReady() (rd raft.Ready, ok bool) {
 // in term (0: any term) or its queue is full, else from a later
 // HandleReady (applied, or dropped) or from Stop.
 //
-// It repeats the queueing half of ProposeEvaluated (replica.go); the two
-// must stay alike.
+// It shares the queueing half of ProposeEvaluated (queueProposal).
 func (r *Replica) ProposeNoWait(cmd []byte, term uint64, finished func(result any, err error)) {
-	if st := r.Status(); !st.IsLeader || (term != 0 && st.Term != term) {
-		finished(nil, ErrNotLeader)
-		return
-	}
-	var idb [8]byte
-	_, _ = rand.Read(idb[:])
-	p := &proposal{
-		id:       binary.BigEndian.Uint64(idb[:]) | 1, // 0 marks "no id"
-		term:     term,
-		finished: finished,
-		done:     make(chan proposalResult, 1),
-	}
-	p.data = make([]byte, 8, 8+len(cmd))
-	binary.BigEndian.PutUint64(p.data, p.id)
-	p.data = append(p.data, cmd...)
-	r.mu.Lock()
-	switch {
-	case r.mu.stopped:
-		r.mu.Unlock()
-		p.finish(proposalResult{err: ErrStopped})
-		return
-	case len(r.mu.props) >= r.cfg.ProposalsMax:
-		r.mu.Unlock()
-		p.finish(proposalResult{err: fmt.Errorf("%w: %d proposals queued (ProposalsMax)", ErrProposalDropped, r.cfg.ProposalsMax)})
-		return
-	}
-	r.mu.props = append(r.mu.props, p)
-	r.wakeLocked()
-	r.mu.Unlock()
+	_, _ = r.queueProposal(cmd, term, finished)
 }
 
 // ReadIndexNoWait is ReadIndex without the wait, for a replica driven by

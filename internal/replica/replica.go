@@ -613,19 +613,11 @@ func (r *Replica) enqueue(f func()) {
 	}
 }
 
-// Propose replicates cmd and returns the result of applying it. See the
-// package comment for the three outcomes.
-func (r *Replica) Propose(ctx context.Context, cmd []byte) (any, error) {
-	return r.ProposeEvaluated(ctx, cmd, 0, nil)
-}
-
-// ProposeEvaluated is Propose for a command evaluated by this replica as
-// leaseholder in Raft term term (0: no condition): the command is dropped
-// (ErrNotLeader) unless the replica still leads in that term when it hands
-// the command to Raft. finished, if not nil, is called once with the final
-// outcome, also when ctx ends first (the caller then got ErrAmbiguous but
-// the command may still apply): the caller keeps its latches until then.
-func (r *Replica) ProposeEvaluated(ctx context.Context, cmd []byte, term uint64, finished func(result any, err error)) (any, error) {
+// queueProposal is the queueing half of ProposeEvaluated and
+// ProposeNoWait: unless the replica no longer leads in term (0: any), it
+// queues cmd as a new proposal and wakes the replica. On an error the
+// proposal is finished (finished, if not nil, has been called).
+func (r *Replica) queueProposal(cmd []byte, term uint64, finished func(result any, err error)) (*proposal, error) {
 	if st := r.Status(); !st.IsLeader || (term != 0 && st.Term != term) {
 		if finished != nil {
 			finished(nil, ErrNotLeader)
@@ -661,6 +653,26 @@ func (r *Replica) ProposeEvaluated(ctx context.Context, cmd []byte, term uint64,
 	r.mu.Unlock()
 	if started {
 		r.scheduler.enqueue(r)
+	}
+	return p, nil
+}
+
+// Propose replicates cmd and returns the result of applying it. See the
+// package comment for the three outcomes.
+func (r *Replica) Propose(ctx context.Context, cmd []byte) (any, error) {
+	return r.ProposeEvaluated(ctx, cmd, 0, nil)
+}
+
+// ProposeEvaluated is Propose for a command evaluated by this replica as
+// leaseholder in Raft term term (0: no condition): the command is dropped
+// (ErrNotLeader) unless the replica still leads in that term when it hands
+// the command to Raft. finished, if not nil, is called once with the final
+// outcome, also when ctx ends first (the caller then got ErrAmbiguous but
+// the command may still apply): the caller keeps its latches until then.
+func (r *Replica) ProposeEvaluated(ctx context.Context, cmd []byte, term uint64, finished func(result any, err error)) (any, error) {
+	p, err := r.queueProposal(cmd, term, finished)
+	if err != nil {
+		return nil, err
 	}
 	select {
 	case res := <-p.done:
