@@ -38,7 +38,8 @@ var (
 	// store is nearly full. It always comes with ErrUnavailable: nothing
 	// was written, and the write may be retried later; it succeeds once the
 	// operator frees space (the node then accepts writes by itself) or the
-	// lease moves to another node. Reads are still served. Returned at
+	// lease moves to another node (a node low on disk hands its leases to
+	// caught-up followers within a second). Reads are still served. Returned at
 	// once: the sender does not spend its attempts on it.
 	ErrOutOfDisk = errors.New("canopy: out of disk")
 )

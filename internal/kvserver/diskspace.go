@@ -197,12 +197,14 @@ func (d *diskMonitor) refuseWrite(req *rpcpb.BatchRequest, rangeID, nodeID uint6
 }
 
 // dropRaft reports whether m must be dropped because it would append
-// entries or install a snapshot while the disk is low.
+// entries, install a snapshot or take leadership while the disk is low.
 func (d *diskMonitor) dropRaft(m *raftpb.Message) bool {
 	if d == nil || !d.low.Load() {
 		return false
 	}
-	if (m.Type == raftpb.MsgApp && len(m.Entries) > 0) || m.Type == raftpb.MsgSnap {
+	// MsgTimeoutNow: a leadership transfer to this node (the preferred
+	// leader of a range) would bring back a lease it cannot write under.
+	if (m.Type == raftpb.MsgApp && len(m.Entries) > 0) || m.Type == raftpb.MsgSnap || m.Type == raftpb.MsgTimeoutNow {
 		d.dropped.Add(1)
 		return true
 	}

@@ -894,8 +894,12 @@ func (n *Node) balance() {
 	n.balanceRun++
 	sweep := n.balanceRun%BalanceSweepEvery == 1
 	n.activeMu.Unlock()
+	// A node low on disk refuses writes (diskspace.go): it hands the
+	// leadership of every range it leads to a caught-up follower, which
+	// can take them, and looks at every range while low.
+	lowDisk := n.disk != nil && n.disk.low.Load()
 	var reps []*rangeReplica
-	if sweep {
+	if sweep || lowDisk {
 		reps = n.replicaList()
 	} else {
 		// The ranges that woke since the last round, and those still
@@ -921,6 +925,12 @@ func (n *Node) balance() {
 		st := rr.r.Status()
 		d := rr.sm.Desc()
 		if !st.IsLeader || d == nil {
+			continue
+		}
+		if lowDisk {
+			if len(st.CaughtUp) > 0 {
+				rr.r.TransferLeader(st.CaughtUp[0])
+			}
 			continue
 		}
 		if p := n.preferredLeaderOf(d); p != n.NodeID() {
