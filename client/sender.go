@@ -76,6 +76,10 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 		lastErr   error
 		wait      bool
 		lastHint  uint64
+		// unreachable: nodes whose attempt failed in transport (stopped,
+		// cut off) during this call; the next attempts try the range's
+		// other replicas first.
+		unreachable map[uint64]bool
 	)
 	for attempt := 0; attempt < s.opts.SendAttemptsMax; attempt++ {
 		if wait {
@@ -97,7 +101,7 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 			return nil, err
 		}
 		rid := e.desc.GetRangeId()
-		nodeID, addr := s.target(e, attempt)
+		nodeID, addr := s.target(e, attempt, unreachable)
 		if addr == "" {
 			lastErr = fmt.Errorf("no address known for range %d", rid)
 			continue
@@ -122,6 +126,10 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 			}
 			lastErr = fmt.Errorf("node %d at %s: %w", nodeID, addr, err)
 			s.cache.clearLeaseholder(rid, nodeID)
+			if unreachable == nil {
+				unreachable = map[uint64]bool{}
+			}
+			unreachable[nodeID] = true
 			continue
 		}
 		if pbErr.GetCode() == rpcpb.ErrorCode_OK {
@@ -175,18 +183,25 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 }
 
 // target picks the node to send to on this attempt: the leaseholder hint
-// if its address is known, else the replicas in turn, else any node.
-func (s *sender) target(e *rangeEntry, attempt int) (uint64, string) {
-	if lh := s.cache.leaseholder(e.desc.GetRangeId()); lh != 0 {
+// if its address is known, else the replicas in turn, else any node; nodes
+// found unreachable during this call come last.
+func (s *sender) target(e *rangeEntry, attempt int, unreachable map[uint64]bool) (uint64, string) {
+	if lh := s.cache.leaseholder(e.desc.GetRangeId()); lh != 0 && !unreachable[lh] {
 		if a, ok := s.nodes.address(lh); ok {
 			return lh, a
 		}
 	}
 	reps := e.desc.GetReplicas()
-	for i := range reps {
-		r := reps[(attempt+i)%len(reps)]
-		if a, ok := s.nodes.address(r.GetNodeId()); ok {
-			return r.GetNodeId(), a
+	// First the replicas not found unreachable in this call, then any.
+	for _, skip := range []bool{true, false} {
+		for i := range reps {
+			r := reps[(attempt+i)%len(reps)]
+			if skip && unreachable[r.GetNodeId()] {
+				continue
+			}
+			if a, ok := s.nodes.address(r.GetNodeId()); ok {
+				return r.GetNodeId(), a
+			}
 		}
 	}
 	return 0, s.nodes.anyAddress(int(s.cursor.Load()) + attempt)

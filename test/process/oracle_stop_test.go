@@ -18,7 +18,7 @@ import (
 // timestamp request and the client's move to range 1's new leader instead
 // of waiting for the stopped node until their RPCs time out. How long they
 // take is logged, not asserted (measured: put 4.0 s before the change,
-// about 1 s after; transaction 10 s before, 4 s after).
+// about 1 s after; transaction 10 s before, 2 s after).
 func TestStoppedOracleHost(t *testing.T) {
 	needBinary(t)
 	c := newCluster(t, 3)
