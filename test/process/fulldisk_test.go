@@ -40,13 +40,7 @@ func TestFullDisk(t *testing.T) {
 	c.waitLive(1)
 	c.mustCLI("kv", "put", c.hostFlag(), "before", "the disk filled")
 	// Move the store onto the tmpfs.
-	c.stop(0)
-	nd := c.nodes[0]
-	onTmpfs := filepath.Join(mnt, "n1")
-	copyDir(t, nd.store, onTmpfs)
-	nd.store = onTmpfs
-	nd.args = []string{"--store-min-free", "64MiB"}
-	c.start(0)
+	nd := moveStoreToTmpfs(t, c, 0, mnt)
 	c.waitLive(1)
 	c.mustCLI("kv", "put", c.hostFlag(), "on tmpfs", "yes")
 
@@ -63,7 +57,7 @@ func TestFullDisk(t *testing.T) {
 		refusal = err.Error()
 		return nil
 	})
-	if !strings.Contains(refusal, "out of disk") || !strings.Contains(refusal, "store "+onTmpfs) {
+	if !strings.Contains(refusal, "out of disk") || !strings.Contains(refusal, "store "+nd.store) {
 		t.Fatalf("refusal %q does not say out of disk and name the store", refusal)
 	}
 	db, err := client.Open(context.Background(), c.addrs)
@@ -117,7 +111,7 @@ func TestFullDisk(t *testing.T) {
 	c.stop(0)
 	fill(t, filler, 0)
 	code, out := runUntilExit(t, c, 0)
-	if last := lastLine(out); code != 1 || !strings.HasPrefix(last, "error: store "+onTmpfs+": disk nearly full") ||
+	if last := lastLine(out); code != 1 || !strings.HasPrefix(last, "error: store "+nd.store+": disk nearly full") ||
 		!strings.Contains(last, "--store-min-free") || strings.Count(out, "\n") > 3 {
 		t.Fatalf("start on a full disk: exit status %d, output:\n%s\nwant status 1 and one error line", code, out)
 	}
@@ -140,6 +134,20 @@ func TestFullDisk(t *testing.T) {
 // mountTmpfs mounts a tmpfs of sizeBytes on a new directory, unmounted at
 // the end of the test (after the nodes are killed: register it before
 // newCluster). It skips the test if mounting is impossible.
+// moveStoreToTmpfs stops node i, copies its store onto the tmpfs at mnt
+// and starts it there with --store-min-free 64MiB.
+func moveStoreToTmpfs(t *testing.T, c *cluster, i int, mnt string) *node {
+	t.Helper()
+	c.stop(i)
+	nd := c.nodes[i]
+	onTmpfs := filepath.Join(mnt, fmt.Sprintf("n%d", i+1))
+	copyDir(t, nd.store, onTmpfs)
+	nd.store = onTmpfs
+	nd.args = []string{"--store-min-free", "64MiB"}
+	c.start(i)
+	return nd
+}
+
 func mountTmpfs(t *testing.T, sizeBytes int64) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "canopy-tmpfs-")
@@ -215,13 +223,7 @@ func TestFullDiskOnOneNode(t *testing.T) {
 	c := newCluster(t, 3)
 	c.mustCLI("init", "--host", c.addrs[0], "--initial-ranges", "4")
 	c.waitLive(3)
-	c.stop(0)
-	nd := c.nodes[0]
-	onTmpfs := filepath.Join(mnt, "n1")
-	copyDir(t, nd.store, onTmpfs)
-	nd.store = onTmpfs
-	nd.args = []string{"--store-min-free", "64MiB"}
-	c.start(0)
+	nd := moveStoreToTmpfs(t, c, 0, mnt)
 	c.waitLive(3)
 	db, err := client.Open(context.Background(), c.addrs)
 	if err != nil {
@@ -289,17 +291,7 @@ func TestFullDiskOnOneNode(t *testing.T) {
 	if len(acked) > 0 && !regexp.MustCompile(`raft_appends_dropped=[1-9]`).MatchString(log) {
 		t.Errorf("node 1 logged no dropped Raft append while the others committed writes:\n%s", log)
 	}
-	for k, v := range acked {
-		c.eventually("read "+k, func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), opMax)
-			defer cancel()
-			got, found, err := db.Get(ctx, []byte(k))
-			if err == nil && (!found || string(got) != v) {
-				t.Fatalf("%q = %q (found %v); %q was acknowledged", k, got, found, v)
-			}
-			return err
-		})
-	}
+	c.readBack(db, "after space came back", acked)
 	// With space back, node 1's ranges take writes again.
 	for i := 0; i < 64; i++ {
 		k := []byte{byte(i * 4), 'k', 'z'}

@@ -418,6 +418,23 @@ func writer(t *testing.T, db *client.DB, a *ackedWrites, stop <-chan struct{}) {
 
 // leaseholderOf returns the slot of the node holding the lease of the
 // range containing the logical key k, once one is known.
+// readBack checks (waiting for availability, not timing) that every key
+// of acked reads back with its acknowledged value.
+func (c *cluster) readBack(db *client.DB, when string, acked map[string]string) {
+	c.t.Helper()
+	for k, v := range acked {
+		c.eventually(when+": read "+k, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), opMax)
+			defer cancel()
+			got, found, err := db.Get(ctx, []byte(k))
+			if err == nil && (!found || string(got) != v) {
+				c.t.Fatalf("%s: %q = %.20q (found %v), but %.20q was acknowledged", when, k, got, found, v)
+			}
+			return err
+		})
+	}
+}
+
 func leaseholderOf(c *cluster, db *client.DB, k []byte) (slot int, rangeID uint64) {
 	c.t.Helper()
 	c.eventually(fmt.Sprintf("the leaseholder of %q", k), func() error {
@@ -546,17 +563,7 @@ func TestThreeProcessesKillLeaseholder(t *testing.T) {
 		t.Helper()
 		acked.mu.Lock()
 		defer acked.mu.Unlock()
-		for k, v := range acked.values {
-			c.eventually(when+": read "+k, func() error {
-				ctx, cancel := context.WithTimeout(context.Background(), opMax)
-				defer cancel()
-				got, found, err := db.Get(ctx, []byte(k))
-				if err == nil && (!found || string(got) != v) {
-					t.Fatalf("%s: %s = %q (found %v), but %q was acknowledged", when, k, got, found, v)
-				}
-				return err
-			})
-		}
+		c.readBack(db, when, acked.values)
 	}
 	checkAcked("after the restart")
 	// The CLI's scan sees the same: every acknowledged key with its value
