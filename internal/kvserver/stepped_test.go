@@ -66,9 +66,6 @@ package kvserver
 //	requests                            requests still in flight
 //	lease [n=..] [r=..]                 each replica's view of its lease
 //	state [n=..] [r=..]                 each replica's Raft state and data; I5
-//
-// A file named known-bug-* shows a bug not fixed yet and fails; it runs
-// only with CANOPY_KNOWN_BUGS=1.
 
 import (
 	"bytes"
@@ -77,8 +74,6 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,9 +99,6 @@ import (
 // TestSteppedRange runs testdata/stepped (see the comment above).
 func TestSteppedRange(t *testing.T) {
 	datadriven.Walk(t, "testdata/stepped", func(t *testing.T, path string) {
-		if strings.HasPrefix(filepath.Base(path), "known-bug-") && os.Getenv("CANOPY_KNOWN_BUGS") == "" {
-			t.Skip("a known bug (see the file); CANOPY_KNOWN_BUGS=1 runs it")
-		}
 		env := &steppedEnv{t: t}
 		defer env.close()
 		datadriven.RunTest(t, path, env.handle)
