@@ -56,9 +56,6 @@ func (n *Node) maybeSplitBySize(ctx context.Context, rr *rangeReplica) bool {
 	if err != nil || key == nil || live < limit/2 {
 		// Nothing to split on (one key), or the size on disk is mostly
 		// dead bytes not yet compacted away: look again once it grows.
-		if n.splitChecked == nil {
-			n.splitChecked = map[uint64]splitCheck{}
-		}
 		n.splitChecked[d.RangeId] = splitCheck{generation: d.Generation, size: size}
 		n.log.Debug("size-based split: none", "range", d.RangeId, "bytes_on_disk", size, "live_bytes", live, "err", err)
 		return false

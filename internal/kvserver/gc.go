@@ -132,9 +132,6 @@ type gcRangeState struct {
 // answer.
 func (n *Node) gcSkip(rr *rangeReplica, changes, now, threshold uint64) bool {
 	id := rr.r.RangeID()
-	if n.gcState == nil {
-		n.gcState = map[uint64]gcRangeState{}
-	}
 	st, ok := n.gcState[id]
 	if !ok || st.changes != changes {
 		st = gcRangeState{changes: changes, since: now}

@@ -273,6 +273,8 @@ func Start(cfg Config) (*Node, error) {
 	n.mu.nodes = map[uint64]string{}
 	n.mu.replicas = map[uint64]*rangeReplica{}
 	n.mu.refuseVotes = map[uint64]time.Time{}
+	n.active, n.balanceDue = map[uint64]struct{}{}, map[uint64]struct{}{}
+	n.gcState, n.splitChecked = map[uint64]gcRangeState{}, map[uint64]splitCheck{}
 	n.mu.conns = map[string]*grpc.ClientConn{}
 	schedCfg := cfg.RaftScheduler
 	schedCfg.Engine = eng
@@ -829,9 +831,6 @@ func (n *Node) tick() {
 // takes only activeMu.
 func (n *Node) markActive(rangeID uint64) {
 	n.activeMu.Lock()
-	if n.active == nil {
-		n.active, n.balanceDue = map[uint64]struct{}{}, map[uint64]struct{}{}
-	}
 	n.active[rangeID] = struct{}{}
 	n.balanceDue[rangeID] = struct{}{}
 	n.activeMu.Unlock()
@@ -885,11 +884,13 @@ const BalanceSweepEvery = 30
 // balance moves leadership to each range's preferred node once that node
 // has caught up, and keeps meta records true.
 func (n *Node) balance() {
+	// The ranges that woke since the last round, and those still awake
+	// (a busy range wakes once and stays active).
 	n.activeMu.Lock()
 	due := n.balanceDue
-	n.balanceDue = nil
-	if due != nil {
-		n.balanceDue = map[uint64]struct{}{}
+	n.balanceDue = map[uint64]struct{}{}
+	for id := range n.active {
+		due[id] = struct{}{}
 	}
 	n.balanceRun++
 	sweep := n.balanceRun%BalanceSweepEvery == 1
@@ -902,16 +903,6 @@ func (n *Node) balance() {
 	if sweep || lowDisk {
 		reps = n.replicaList()
 	} else {
-		// The ranges that woke since the last round, and those still
-		// awake (a busy range wakes once and stays active).
-		n.activeMu.Lock()
-		for id := range n.active {
-			if due == nil {
-				due = map[uint64]struct{}{}
-			}
-			due[id] = struct{}{}
-		}
-		n.activeMu.Unlock()
 		n.mu.RLock()
 		for id := range due {
 			if rr := n.mu.replicas[id]; rr != nil {
