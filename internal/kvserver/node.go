@@ -353,6 +353,12 @@ func Start(cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// electionTimeout is Raft's election timeout on this node: within about it
+// a range whose leader stopped elects another (Config's defaults are set).
+func (n *Node) electionTimeout() time.Duration {
+	return time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
+}
+
 // leaseDuration is how long a leader's lease lasts (replica.Config).
 func (n *Node) leaseDuration() time.Duration {
 	c := replica.Config{ElectionTicks: n.cfg.ElectionTicks, TickInterval: n.cfg.TickInterval}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/canopy-db/canopy/internal/replica"
 	"time"
 
 	"github.com/canopy-db/canopy/internal/keys"
@@ -217,12 +216,4 @@ func (n *Node) fetchTimestamps(count int) (uint64, error) {
 		return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle: no leaseholder found")
 	}
 	return 0, last
-}
-
-// electionTimeout is Raft's election timeout on this node: within about it
-// a range whose leader stopped elects another.
-func (n *Node) electionTimeout() time.Duration {
-	c := replica.Config{ElectionTicks: n.cfg.ElectionTicks, TickInterval: n.cfg.TickInterval}
-	c.EnsureDefaults()
-	return time.Duration(c.ElectionTicks) * c.TickInterval
 }
