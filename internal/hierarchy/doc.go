@@ -24,7 +24,11 @@
 //     carry out Ready (step 4) before the next input touching the same
 //     keys. A part the leaf accepted (PartResult.OK, or a committing local
 //     Decision) has its writes stored as intents; a refused part stores
-//     nothing.
+//     nothing. A commit request the client sends again (a retry after a
+//     lost answer) is answered from the status table if the transaction is
+//     decided, and waits if its part is pending (Propose refuses a second
+//     part of a pending transaction): proposing it again would decide it
+//     again, possibly otherwise.
 //  2. Node, when it serves a read at snapshot s: Observe(s) before the read
 //     looks at the key (under the same latch as intent writes), so that no
 //     commit timestamp the leaf issues afterwards is at or below s.

@@ -433,9 +433,12 @@ func (v *Validator) Step(m Message) error {
 			return fmt.Errorf("%w: votes from v%d to v%d at v%d", ErrInvalidArgument, m.From, m.To, v.id)
 		}
 		for _, vt := range m.Votes {
-			if err := v.vote(m.From, vt); err != nil {
+			if err := v.checkVote(m.From, vt); err != nil {
 				return err
 			}
+		}
+		for _, vt := range m.Votes {
+			v.vote(m.From, vt)
 		}
 		if v.cfg.Variant == Timestamps {
 			v.watermarks[m.From] = max(v.watermarks[m.From], m.Watermark)
@@ -462,12 +465,18 @@ func (v *Validator) Step(m Message) error {
 	return fmt.Errorf("%w: message %v at validator %d", ErrInvalidArgument, m.Kind, v.id)
 }
 
-// vote takes one child's vote at an inner validator.
-func (v *Validator) vote(from ValidatorID, vt Vote) error {
+// checkVote rejects a vote that cannot come from child from.
+func (v *Validator) checkVote(from ValidatorID, vt Vote) error {
 	decider, ok := v.tree.Decider(vt.Nodes)
 	if !ok || !v.tree.isAncestorOrSelf(decider, v.id) || !slices.ContainsFunc(vt.Nodes, func(n NodeID) bool { return v.tree.covers(from, n) }) {
 		return fmt.Errorf("%w: txn %d with nodes %v does not pass v%d -> v%d", ErrInvalidArgument, vt.Txn, vt.Nodes, from, v.id)
 	}
+	return nil
+}
+
+// vote takes one child's vote at an inner validator.
+func (v *Validator) vote(from ValidatorID, vt Vote) {
+	decider, _ := v.tree.Decider(vt.Nodes)
 	v.counts.VotesIn++
 	r := v.running[vt.Txn]
 	if r == nil {
@@ -485,14 +494,14 @@ func (v *Validator) vote(from ValidatorID, vt Vote) error {
 	r.lastVote = v.now
 	if slices.Contains(r.got, from) {
 		v.counts.DuplicateVotes++
-		return nil
+		return
 	}
 	r.got = append(r.got, from)
 	r.vote.OK = r.vote.OK && vt.OK
 	r.vote.TS = max(r.vote.TS, vt.TS)
 	r.vote.Steps = max(r.vote.Steps, vt.Steps)
 	if len(r.got) < len(r.need) {
-		return nil
+		return
 	}
 	delete(v.running, vt.Txn)
 	switch {
@@ -507,7 +516,6 @@ func (v *Validator) vote(from ValidatorID, vt Vote) error {
 	default:
 		v.enqueueUp(r.vote)
 	}
-	return nil
 }
 
 func (v *Validator) hold(r *running) {
@@ -526,6 +534,17 @@ func (v *Validator) stable() uint64 {
 		}
 	}
 	return s
+}
+
+// innerWatermark is an inner validator's promise to its parent: its stable
+// timestamp (what completes later has a vote from a child above it), but
+// below anything still held, which may go up after this message.
+func (v *Validator) innerWatermark() uint64 {
+	w := v.stable()
+	if len(v.held) > 0 && v.held[0].vote.TS <= w {
+		w = v.held[0].vote.TS - 1
+	}
+	return w
 }
 
 // release lets held items at or below the stable timestamp go, in
@@ -637,7 +656,7 @@ func (v *Validator) flushUp(force bool) {
 		if v.isLeaf() {
 			m.Watermark = v.leafWatermark()
 		} else {
-			m.Watermark = v.stable()
+			m.Watermark = v.innerWatermark()
 		}
 	}
 	v.rd.Messages = append(v.rd.Messages, m)
@@ -692,8 +711,13 @@ func (v *Validator) Tick(now time.Duration) {
 		v.nextScan = now + v.cfg.ResendAfter/2
 		v.scan()
 	}
-	if v.cfg.Variant == Timestamps && len(v.held) > 0 && v.held[0].vote.TS > v.stable() {
-		v.raiseChildren(v.held[len(v.held)-1].vote.TS)
+	if v.cfg.Variant == Timestamps && !v.isLeaf() {
+		if len(v.held) > 0 && v.held[0].vote.TS > v.stable() {
+			v.raiseChildren(v.held[len(v.held)-1].vote.TS)
+		}
+		if v.raiseWanted != 0 {
+			v.raiseChildren(v.raiseWanted)
+		}
 	}
 }
 
@@ -720,6 +744,8 @@ func (v *Validator) scan() {
 			v.counts.Forgotten++
 		}
 	}
+	// A raise may have been lost with a crashed child: ask again.
+	clear(v.raiseSent)
 }
 
 // NextDeadline is when the caller should Tick next (for a timer), and
