@@ -554,17 +554,17 @@ func (v *Validator) release() {
 		return
 	}
 	s := v.stable()
-	n := 0
-	for n < len(v.held) && v.held[n].vote.TS <= s {
-		r := v.held[n]
+	for len(v.held) > 0 && v.held[0].vote.TS <= s {
+		// Off the list first: a batch this fills carries a watermark that
+		// must only stay below what is still held.
+		r := v.held[0]
+		v.held = v.held[1:]
 		if r.decider == v.id {
 			v.tell(Decision{Txn: r.vote.Txn, Commit: true, TS: r.vote.TS}, r.vote, 2+r.vote.Steps)
 		} else {
 			v.enqueueUp(r.vote)
 		}
-		n++
 	}
-	v.held = slices.Delete(v.held, 0, n)
 	if v.raiseWanted != 0 && s >= v.raiseWanted && v.id != v.tree.Root() {
 		v.raiseWanted = 0
 		v.flushUp(true)
