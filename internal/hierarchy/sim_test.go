@@ -108,6 +108,10 @@ type simWorld struct {
 	committed, abortedByValidation, givenUp int
 	crashes                                 int
 	gone                                    Counts // counts of crashed incarnations
+	// released: per decider, the commits it has told (timestamp variant,
+	// checked in timestamp order while nothing crashed).
+	released    map[ValidatorID]map[TxnID]bool
+	lastRelease map[ValidatorID]uint64
 }
 
 type simMsg struct {
@@ -234,6 +238,9 @@ func (w *simWorld) process(v *Validator) error {
 				w.send(vname(m.From), nname(m.Node), simMsg{m: m})
 			case MsgResult:
 				w.send(vname(m.From), "client", simMsg{m: m})
+				if err := w.checkReleaseOrder(m); err != nil {
+					return err
+				}
 			}
 		}
 		for _, d := range rd.Resolve {
@@ -246,6 +253,28 @@ func (w *simWorld) process(v *Validator) error {
 			}
 		}
 	}
+	return nil
+}
+
+// checkReleaseOrder: in the timestamp variant a decider tells its commits
+// in timestamp order (commit timestamps are unique there). A crash voids
+// the promise for votes sent again (see doc.go), so it is checked only
+// while nothing has crashed.
+func (w *simWorld) checkReleaseOrder(m Message) error {
+	if w.cfg.Variant != Timestamps || w.crashes > 0 || !m.Result.Commit || w.released[m.From][m.Result.Txn] {
+		return nil
+	}
+	if w.released == nil {
+		w.released, w.lastRelease = map[ValidatorID]map[TxnID]bool{}, map[ValidatorID]uint64{}
+	}
+	if w.released[m.From] == nil {
+		w.released[m.From] = map[TxnID]bool{}
+	}
+	w.released[m.From][m.Result.Txn] = true
+	if m.Result.TS <= w.lastRelease[m.From] {
+		return fmt.Errorf("v%d told %v after a commit at %d", m.From, m.Result, w.lastRelease[m.From])
+	}
+	w.lastRelease[m.From] = m.Result.TS
 	return nil
 }
 
