@@ -10,8 +10,11 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// debugCmd groups the debug commands; each file adds its own (debug_txns.go).
+var debugCmd = &cobra.Command{Use: "debug", Short: "Inspect stores and clusters"}
+
 func init() {
-	debug := &cobra.Command{Use: "debug", Short: "Inspect stores and clusters"}
+	debug := debugCmd
 	var store string
 	st := &cobra.Command{
 		Use:   "store",

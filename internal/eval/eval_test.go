@@ -38,6 +38,7 @@ func TestCommandTable(t *testing.T) {
 		{Value: &rpcpb.RequestUnion_CommitOnePc{CommitOnePc: &rpcpb.CommitOnePCRequest{}}},
 		{Value: &rpcpb.RequestUnion_QueryOnePc{QueryOnePc: &rpcpb.QueryOnePCRequest{}}},
 		{Value: &rpcpb.RequestUnion_RecoverIntent{RecoverIntent: &rpcpb.RecoverIntentRequest{}}},
+		{Value: &rpcpb.RequestUnion_PlainScan{PlainScan: &rpcpb.PlainScanRequest{}}},
 	}
 	if len(examples) != int(rpcpb.MethodsMax)-1 {
 		t.Fatalf("%d examples for %d methods", len(examples), rpcpb.MethodsMax-1)
@@ -181,6 +182,8 @@ func parseRequest(t *testing.T, line string) *rpcpb.RequestUnion {
 			}
 		}
 		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_CommitOnePc{CommitOnePc: p}}
+	case "plain-scan":
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainScan{PlainScan: &rpcpb.PlainScanRequest{Start: b("start"), End: b("end"), Limit: uint32(u("limit"))}}}
 	case "plain-get":
 		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{Key: b("key")}}}
 	case "put-intent":
@@ -213,6 +216,12 @@ func printResponse(out *strings.Builder, resp *rpcpb.BatchResponse) {
 				fmt.Fprintf(out, " %s=%s@%d", kv.Key, kv.Value, kv.Ts)
 			}
 			fmt.Fprintf(out, " resume=%q\n", v.Scan.ResumeKey)
+		case *rpcpb.ResponseUnion_PlainScan:
+			fmt.Fprintf(out, "plain-scan:")
+			for _, kv := range v.PlainScan.Kvs {
+				fmt.Fprintf(out, " %s=%s", kv.Key, kv.Value)
+			}
+			fmt.Fprintf(out, " resume=%q\n", v.PlainScan.ResumeKey)
 		case *rpcpb.ResponseUnion_QueryIntent:
 			fmt.Fprintf(out, "query-intent: found=%v\n", v.QueryIntent.Found)
 		case *rpcpb.ResponseUnion_RecoverIntent:

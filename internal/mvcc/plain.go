@@ -73,9 +73,18 @@ func PutPlainUnlessExists(rw storage.ReadWriter, key, value []byte) (ok bool, ex
 // with only MVCC data are skipped. If it stopped at the limit and the span
 // may hold more, resumeKey is the logical key to continue from. KV.Ts is 0.
 func ScanPlain(r storage.Reader, start, end []byte, limit int) (kvs []KV, resumeKey []byte, err error) {
-	if limit < 0 {
-		return nil, nil, invalidf("scan plain: limit %d < 0", limit)
+	return ScanPlainBounded(r, start, end, limit, 0)
+}
+
+// ScanPlainBounded is ScanPlain that also stops, with resumeKey set, once
+// the keys and values read reach bytesMax (0: no byte limit); it always
+// returns at least one pair if the span holds one, so that a caller
+// resuming from resumeKey makes progress.
+func ScanPlainBounded(r storage.Reader, start, end []byte, limit, bytesMax int) (kvs []KV, resumeKey []byte, err error) {
+	if limit < 0 || bytesMax < 0 {
+		return nil, nil, invalidf("scan plain: limit %d or bytes limit %d < 0", limit, bytesMax)
 	}
+	size := 0
 	it, err := spanIter(r, "scan plain", start, end)
 	if err != nil {
 		return nil, nil, err
@@ -87,13 +96,14 @@ func ScanPlain(r storage.Reader, start, end []byte, limit int) (kvs []KV, resume
 			return nil, nil, err
 		}
 		if kind == KindPlain {
-			if limit > 0 && len(kvs) >= limit {
+			if (limit > 0 && len(kvs) >= limit) || (bytesMax > 0 && size >= bytesMax) {
 				return kvs, k, nil
 			}
 			v, err := it.Value()
 			if err != nil {
 				return nil, nil, fmt.Errorf("mvcc: scan plain %q: %w", k, err)
 			}
+			size += len(k) + len(v)
 			kvs = append(kvs, KV{Key: k, Value: clone(v)})
 			if kvs[len(kvs)-1].Value == nil {
 				kvs[len(kvs)-1].Value = []byte{}

@@ -49,10 +49,11 @@
 //     never 0.
 //  4. DecodeValue and StartTs check what they read; a failure wraps
 //     ErrCorruption and must not be taken as "pending" or "aborted".
-//  5. Range scans (backup): v1 keys sort by start_ts; tickets keys sort by
-//     (reversed row, column), so a scan of a start_ts interval reads the
-//     whole table (or the rows of the partitions involved) and filters with
-//     StartTs. Within one row, keys sort by start_ts.
+//  5. Range scans (debug txns, backup): ScanSpans plans the key spans of a
+//     start_ts interval (v1: one span; tickets: one span per row of each
+//     partition met, or the whole table when that would exceed RowSpansMax)
+//     and ScanInterval reads them through the caller's reader, filters and
+//     joins each transaction's status and staging records (scan.go).
 //  6. Batched lookups: split tickets keys into cells with SplitTicketsKey
 //     and group them into requests with PartitionForLoad.
 //  7. A scan of the table meets staging keys too: StartTs fails on them

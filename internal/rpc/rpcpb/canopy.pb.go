@@ -2115,6 +2115,7 @@ type RequestUnion struct {
 	//	*RequestUnion_CommitOnePc
 	//	*RequestUnion_QueryOnePc
 	//	*RequestUnion_RecoverIntent
+	//	*RequestUnion_PlainScan
 	Value         isRequestUnion_Value `protobuf_oneof:"value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2274,6 +2275,15 @@ func (x *RequestUnion) GetRecoverIntent() *RecoverIntentRequest {
 	return nil
 }
 
+func (x *RequestUnion) GetPlainScan() *PlainScanRequest {
+	if x != nil {
+		if x, ok := x.Value.(*RequestUnion_PlainScan); ok {
+			return x.PlainScan
+		}
+	}
+	return nil
+}
+
 type isRequestUnion_Value interface {
 	isRequestUnion_Value()
 }
@@ -2330,6 +2340,10 @@ type RequestUnion_RecoverIntent struct {
 	RecoverIntent *RecoverIntentRequest `protobuf:"bytes,13,opt,name=recover_intent,json=recoverIntent,proto3,oneof"`
 }
 
+type RequestUnion_PlainScan struct {
+	PlainScan *PlainScanRequest `protobuf:"bytes,14,opt,name=plain_scan,json=plainScan,proto3,oneof"`
+}
+
 func (*RequestUnion_Get) isRequestUnion_Value() {}
 
 func (*RequestUnion_Scan) isRequestUnion_Value() {}
@@ -2356,6 +2370,8 @@ func (*RequestUnion_QueryOnePc) isRequestUnion_Value() {}
 
 func (*RequestUnion_RecoverIntent) isRequestUnion_Value() {}
 
+func (*RequestUnion_PlainScan) isRequestUnion_Value() {}
+
 type ResponseUnion struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Value:
@@ -2373,6 +2389,7 @@ type ResponseUnion struct {
 	//	*ResponseUnion_CommitOnePc
 	//	*ResponseUnion_QueryOnePc
 	//	*ResponseUnion_RecoverIntent
+	//	*ResponseUnion_PlainScan
 	Value         isResponseUnion_Value `protobuf_oneof:"value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2532,6 +2549,15 @@ func (x *ResponseUnion) GetRecoverIntent() *RecoverIntentResponse {
 	return nil
 }
 
+func (x *ResponseUnion) GetPlainScan() *PlainScanResponse {
+	if x != nil {
+		if x, ok := x.Value.(*ResponseUnion_PlainScan); ok {
+			return x.PlainScan
+		}
+	}
+	return nil
+}
+
 type isResponseUnion_Value interface {
 	isResponseUnion_Value()
 }
@@ -2588,6 +2614,10 @@ type ResponseUnion_RecoverIntent struct {
 	RecoverIntent *RecoverIntentResponse `protobuf:"bytes,13,opt,name=recover_intent,json=recoverIntent,proto3,oneof"`
 }
 
+type ResponseUnion_PlainScan struct {
+	PlainScan *PlainScanResponse `protobuf:"bytes,14,opt,name=plain_scan,json=plainScan,proto3,oneof"`
+}
+
 func (*ResponseUnion_Get) isResponseUnion_Value() {}
 
 func (*ResponseUnion_Scan) isResponseUnion_Value() {}
@@ -2613,6 +2643,8 @@ func (*ResponseUnion_CommitOnePc) isResponseUnion_Value() {}
 func (*ResponseUnion_QueryOnePc) isResponseUnion_Value() {}
 
 func (*ResponseUnion_RecoverIntent) isResponseUnion_Value() {}
+
+func (*ResponseUnion_PlainScan) isResponseUnion_Value() {}
 
 type BatchRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -4527,7 +4559,7 @@ var File_canopy_proto protoreflect.FileDescriptor
 
 const file_canopy_proto_rawDesc = "" +
 	"\n" +
-	"\fcanopy.proto\x12\x06canopy\",\n" +
+	"\fcanopy.proto\x12\x06canopy\x1a\x10plain_scan.proto\",\n" +
 	"\x11ReplicaDescriptor\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"\xb9\x01\n" +
 	"\x0fRangeDescriptor\x12\x19\n" +
@@ -4653,7 +4685,7 @@ const file_canopy_proto_rawDesc = "" +
 	"\n" +
 	"value_hash\x18\x03 \x01(\x06R\tvalueHash\"-\n" +
 	"\x15RecoverIntentResponse\x12\x14\n" +
-	"\x05found\x18\x01 \x01(\bR\x05found\"\x9f\x06\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\"\xda\x06\n" +
 	"\fRequestUnion\x12&\n" +
 	"\x03get\x18\x01 \x01(\v2\x12.canopy.GetRequestH\x00R\x03get\x12)\n" +
 	"\x04scan\x18\x02 \x01(\v2\x13.canopy.ScanRequestH\x00R\x04scan\x129\n" +
@@ -4670,8 +4702,10 @@ const file_canopy_proto_rawDesc = "" +
 	"\rcommit_one_pc\x18\v \x01(\v2\x1a.canopy.CommitOnePCRequestH\x00R\vcommitOnePc\x12=\n" +
 	"\fquery_one_pc\x18\f \x01(\v2\x19.canopy.QueryOnePCRequestH\x00R\n" +
 	"queryOnePc\x12E\n" +
-	"\x0erecover_intent\x18\r \x01(\v2\x1c.canopy.RecoverIntentRequestH\x00R\rrecoverIntentB\a\n" +
-	"\x05value\"\xad\x06\n" +
+	"\x0erecover_intent\x18\r \x01(\v2\x1c.canopy.RecoverIntentRequestH\x00R\rrecoverIntent\x129\n" +
+	"\n" +
+	"plain_scan\x18\x0e \x01(\v2\x18.canopy.PlainScanRequestH\x00R\tplainScanB\a\n" +
+	"\x05value\"\xe9\x06\n" +
 	"\rResponseUnion\x12'\n" +
 	"\x03get\x18\x01 \x01(\v2\x13.canopy.GetResponseH\x00R\x03get\x12*\n" +
 	"\x04scan\x18\x02 \x01(\v2\x14.canopy.ScanResponseH\x00R\x04scan\x12:\n" +
@@ -4688,7 +4722,9 @@ const file_canopy_proto_rawDesc = "" +
 	"\rcommit_one_pc\x18\v \x01(\v2\x1b.canopy.CommitOnePCResponseH\x00R\vcommitOnePc\x12>\n" +
 	"\fquery_one_pc\x18\f \x01(\v2\x1a.canopy.QueryOnePCResponseH\x00R\n" +
 	"queryOnePc\x12F\n" +
-	"\x0erecover_intent\x18\r \x01(\v2\x1d.canopy.RecoverIntentResponseH\x00R\rrecoverIntentB\a\n" +
+	"\x0erecover_intent\x18\r \x01(\v2\x1d.canopy.RecoverIntentResponseH\x00R\rrecoverIntent\x12:\n" +
+	"\n" +
+	"plain_scan\x18\x0e \x01(\v2\x19.canopy.PlainScanResponseH\x00R\tplainScanB\a\n" +
 	"\x05value\"\x84\x01\n" +
 	"\fBatchRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\x04R\arangeId\x120\n" +
@@ -4936,6 +4972,8 @@ var file_canopy_proto_goTypes = []any{
 	(*AllocRangeIDCommand)(nil),          // 68: canopy.AllocRangeIDCommand
 	(*CASBoundCommand)(nil),              // 69: canopy.CASBoundCommand
 	(*TxnSwitches)(nil),                  // 70: canopy.TxnSwitches
+	(*PlainScanRequest)(nil),             // 71: canopy.PlainScanRequest
+	(*PlainScanResponse)(nil),            // 72: canopy.PlainScanResponse
 }
 var file_canopy_proto_depIdxs = []int32{
 	1,  // 0: canopy.RangeDescriptor.replicas:type_name -> canopy.ReplicaDescriptor
@@ -4961,82 +4999,84 @@ var file_canopy_proto_depIdxs = []int32{
 	29, // 20: canopy.RequestUnion.commit_one_pc:type_name -> canopy.CommitOnePCRequest
 	32, // 21: canopy.RequestUnion.query_one_pc:type_name -> canopy.QueryOnePCRequest
 	34, // 22: canopy.RequestUnion.recover_intent:type_name -> canopy.RecoverIntentRequest
-	10, // 23: canopy.ResponseUnion.get:type_name -> canopy.GetResponse
-	12, // 24: canopy.ResponseUnion.scan:type_name -> canopy.ScanResponse
-	14, // 25: canopy.ResponseUnion.put_intent:type_name -> canopy.PutIntentResponse
-	16, // 26: canopy.ResponseUnion.resolve_intent:type_name -> canopy.ResolveIntentResponse
-	18, // 27: canopy.ResponseUnion.put:type_name -> canopy.PutResponse
-	20, // 28: canopy.ResponseUnion.refresh:type_name -> canopy.RefreshResponse
-	24, // 29: canopy.ResponseUnion.plain_get:type_name -> canopy.PlainGetResponse
-	26, // 30: canopy.ResponseUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsResponse
-	28, // 31: canopy.ResponseUnion.plain_put:type_name -> canopy.PlainPutResponse
-	22, // 32: canopy.ResponseUnion.query_intent:type_name -> canopy.QueryIntentResponse
-	31, // 33: canopy.ResponseUnion.commit_one_pc:type_name -> canopy.CommitOnePCResponse
-	33, // 34: canopy.ResponseUnion.query_one_pc:type_name -> canopy.QueryOnePCResponse
-	35, // 35: canopy.ResponseUnion.recover_intent:type_name -> canopy.RecoverIntentResponse
-	36, // 36: canopy.BatchRequest.requests:type_name -> canopy.RequestUnion
-	4,  // 37: canopy.BatchResponse.error:type_name -> canopy.Error
-	37, // 38: canopy.BatchResponse.responses:type_name -> canopy.ResponseUnion
-	4,  // 39: canopy.RangeLookupResponse.error:type_name -> canopy.Error
-	2,  // 40: canopy.RangeLookupResponse.range:type_name -> canopy.RangeDescriptor
-	3,  // 41: canopy.RangeLookupResponse.nodes:type_name -> canopy.NodeDescriptor
-	4,  // 42: canopy.TimestampResponse.error:type_name -> canopy.Error
-	4,  // 43: canopy.ClusterInfoResponse.error:type_name -> canopy.Error
-	44, // 44: canopy.ClusterInfoResponse.settings:type_name -> canopy.ClusterSettings
-	3,  // 45: canopy.ClusterInfoResponse.nodes:type_name -> canopy.NodeDescriptor
-	44, // 46: canopy.BootstrapRequest.settings:type_name -> canopy.ClusterSettings
-	4,  // 47: canopy.BootstrapResponse.error:type_name -> canopy.Error
-	44, // 48: canopy.BootstrapResponse.settings:type_name -> canopy.ClusterSettings
-	4,  // 49: canopy.SplitResponse.error:type_name -> canopy.Error
-	2,  // 50: canopy.SplitResponse.left:type_name -> canopy.RangeDescriptor
-	2,  // 51: canopy.SplitResponse.right:type_name -> canopy.RangeDescriptor
-	2,  // 52: canopy.RangeStatus.range:type_name -> canopy.RangeDescriptor
-	51, // 53: canopy.NodeStatusResponse.ranges:type_name -> canopy.RangeStatus
-	54, // 54: canopy.RaftMessageBatch.messages:type_name -> canopy.RaftMessage
-	3,  // 55: canopy.JoinRequest.nodes:type_name -> canopy.NodeDescriptor
-	44, // 56: canopy.JoinRequest.settings:type_name -> canopy.ClusterSettings
-	2,  // 57: canopy.JoinRequest.ranges:type_name -> canopy.RangeDescriptor
-	7,  // 58: canopy.JoinRequest.initial_data:type_name -> canopy.KeyValue
-	4,  // 59: canopy.JoinResponse.error:type_name -> canopy.Error
-	63, // 60: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
-	4,  // 61: canopy.ProposeResponse.error:type_name -> canopy.Error
-	38, // 62: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
-	66, // 63: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
-	67, // 64: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
-	68, // 65: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
-	69, // 66: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
-	64, // 67: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
-	2,  // 68: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
-	2,  // 69: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
-	38, // 70: canopy.KV.Batch:input_type -> canopy.BatchRequest
-	40, // 71: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
-	42, // 72: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
-	45, // 73: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
-	49, // 74: canopy.KV.Split:input_type -> canopy.SplitRequest
-	52, // 75: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
-	47, // 76: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
-	55, // 77: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
-	55, // 78: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
-	61, // 79: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
-	57, // 80: canopy.Internal.Join:input_type -> canopy.JoinRequest
-	59, // 81: canopy.Internal.Ping:input_type -> canopy.PingRequest
-	39, // 82: canopy.KV.Batch:output_type -> canopy.BatchResponse
-	41, // 83: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
-	43, // 84: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
-	46, // 85: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
-	50, // 86: canopy.KV.Split:output_type -> canopy.SplitResponse
-	53, // 87: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
-	48, // 88: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
-	56, // 89: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
-	56, // 90: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
-	62, // 91: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
-	58, // 92: canopy.Internal.Join:output_type -> canopy.JoinResponse
-	60, // 93: canopy.Internal.Ping:output_type -> canopy.PingResponse
-	82, // [82:94] is the sub-list for method output_type
-	70, // [70:82] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	71, // 23: canopy.RequestUnion.plain_scan:type_name -> canopy.PlainScanRequest
+	10, // 24: canopy.ResponseUnion.get:type_name -> canopy.GetResponse
+	12, // 25: canopy.ResponseUnion.scan:type_name -> canopy.ScanResponse
+	14, // 26: canopy.ResponseUnion.put_intent:type_name -> canopy.PutIntentResponse
+	16, // 27: canopy.ResponseUnion.resolve_intent:type_name -> canopy.ResolveIntentResponse
+	18, // 28: canopy.ResponseUnion.put:type_name -> canopy.PutResponse
+	20, // 29: canopy.ResponseUnion.refresh:type_name -> canopy.RefreshResponse
+	24, // 30: canopy.ResponseUnion.plain_get:type_name -> canopy.PlainGetResponse
+	26, // 31: canopy.ResponseUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsResponse
+	28, // 32: canopy.ResponseUnion.plain_put:type_name -> canopy.PlainPutResponse
+	22, // 33: canopy.ResponseUnion.query_intent:type_name -> canopy.QueryIntentResponse
+	31, // 34: canopy.ResponseUnion.commit_one_pc:type_name -> canopy.CommitOnePCResponse
+	33, // 35: canopy.ResponseUnion.query_one_pc:type_name -> canopy.QueryOnePCResponse
+	35, // 36: canopy.ResponseUnion.recover_intent:type_name -> canopy.RecoverIntentResponse
+	72, // 37: canopy.ResponseUnion.plain_scan:type_name -> canopy.PlainScanResponse
+	36, // 38: canopy.BatchRequest.requests:type_name -> canopy.RequestUnion
+	4,  // 39: canopy.BatchResponse.error:type_name -> canopy.Error
+	37, // 40: canopy.BatchResponse.responses:type_name -> canopy.ResponseUnion
+	4,  // 41: canopy.RangeLookupResponse.error:type_name -> canopy.Error
+	2,  // 42: canopy.RangeLookupResponse.range:type_name -> canopy.RangeDescriptor
+	3,  // 43: canopy.RangeLookupResponse.nodes:type_name -> canopy.NodeDescriptor
+	4,  // 44: canopy.TimestampResponse.error:type_name -> canopy.Error
+	4,  // 45: canopy.ClusterInfoResponse.error:type_name -> canopy.Error
+	44, // 46: canopy.ClusterInfoResponse.settings:type_name -> canopy.ClusterSettings
+	3,  // 47: canopy.ClusterInfoResponse.nodes:type_name -> canopy.NodeDescriptor
+	44, // 48: canopy.BootstrapRequest.settings:type_name -> canopy.ClusterSettings
+	4,  // 49: canopy.BootstrapResponse.error:type_name -> canopy.Error
+	44, // 50: canopy.BootstrapResponse.settings:type_name -> canopy.ClusterSettings
+	4,  // 51: canopy.SplitResponse.error:type_name -> canopy.Error
+	2,  // 52: canopy.SplitResponse.left:type_name -> canopy.RangeDescriptor
+	2,  // 53: canopy.SplitResponse.right:type_name -> canopy.RangeDescriptor
+	2,  // 54: canopy.RangeStatus.range:type_name -> canopy.RangeDescriptor
+	51, // 55: canopy.NodeStatusResponse.ranges:type_name -> canopy.RangeStatus
+	54, // 56: canopy.RaftMessageBatch.messages:type_name -> canopy.RaftMessage
+	3,  // 57: canopy.JoinRequest.nodes:type_name -> canopy.NodeDescriptor
+	44, // 58: canopy.JoinRequest.settings:type_name -> canopy.ClusterSettings
+	2,  // 59: canopy.JoinRequest.ranges:type_name -> canopy.RangeDescriptor
+	7,  // 60: canopy.JoinRequest.initial_data:type_name -> canopy.KeyValue
+	4,  // 61: canopy.JoinResponse.error:type_name -> canopy.Error
+	63, // 62: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
+	4,  // 63: canopy.ProposeResponse.error:type_name -> canopy.Error
+	38, // 64: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
+	66, // 65: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
+	67, // 66: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
+	68, // 67: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
+	69, // 68: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
+	64, // 69: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
+	2,  // 70: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
+	2,  // 71: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
+	38, // 72: canopy.KV.Batch:input_type -> canopy.BatchRequest
+	40, // 73: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
+	42, // 74: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
+	45, // 75: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
+	49, // 76: canopy.KV.Split:input_type -> canopy.SplitRequest
+	52, // 77: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
+	47, // 78: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
+	55, // 79: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
+	55, // 80: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
+	61, // 81: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
+	57, // 82: canopy.Internal.Join:input_type -> canopy.JoinRequest
+	59, // 83: canopy.Internal.Ping:input_type -> canopy.PingRequest
+	39, // 84: canopy.KV.Batch:output_type -> canopy.BatchResponse
+	41, // 85: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
+	43, // 86: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
+	46, // 87: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
+	50, // 88: canopy.KV.Split:output_type -> canopy.SplitResponse
+	53, // 89: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
+	48, // 90: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
+	56, // 91: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
+	56, // 92: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
+	62, // 93: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
+	58, // 94: canopy.Internal.Join:output_type -> canopy.JoinResponse
+	60, // 95: canopy.Internal.Ping:output_type -> canopy.PingResponse
+	84, // [84:96] is the sub-list for method output_type
+	72, // [72:84] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_canopy_proto_init() }
@@ -5044,6 +5084,7 @@ func file_canopy_proto_init() {
 	if File_canopy_proto != nil {
 		return
 	}
+	file_plain_scan_proto_init()
 	file_canopy_proto_msgTypes[35].OneofWrappers = []any{
 		(*RequestUnion_Get)(nil),
 		(*RequestUnion_Scan)(nil),
@@ -5058,6 +5099,7 @@ func file_canopy_proto_init() {
 		(*RequestUnion_CommitOnePc)(nil),
 		(*RequestUnion_QueryOnePc)(nil),
 		(*RequestUnion_RecoverIntent)(nil),
+		(*RequestUnion_PlainScan)(nil),
 	}
 	file_canopy_proto_msgTypes[36].OneofWrappers = []any{
 		(*ResponseUnion_Get)(nil),
@@ -5073,6 +5115,7 @@ func file_canopy_proto_init() {
 		(*ResponseUnion_CommitOnePc)(nil),
 		(*ResponseUnion_QueryOnePc)(nil),
 		(*ResponseUnion_RecoverIntent)(nil),
+		(*ResponseUnion_PlainScan)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -9,7 +9,7 @@ import (
 // that the per-request type switches are written once.
 
 // Key returns the key a request addresses: the key of a point request, the
-// start of a scan; nil for a refresh (which addresses spans).
+// start of a scan or plain scan; nil for a refresh (which addresses spans).
 func (r *RequestUnion) Key() []byte {
 	switch v := r.GetValue().(type) {
 	case *RequestUnion_Get:
@@ -40,6 +40,8 @@ func (r *RequestUnion) Key() []byte {
 		return v.QueryOnePc.GetKey()
 	case *RequestUnion_RecoverIntent:
 		return v.RecoverIntent.GetKey()
+	case *RequestUnion_PlainScan:
+		return v.PlainScan.GetStart()
 	}
 	return nil
 }
@@ -92,10 +94,11 @@ const (
 	MethodCommitOnePC
 	MethodQueryOnePC
 	MethodRecoverIntent
+	MethodPlainScan
 	MethodsMax // one past the last method
 )
 
-var methodNames = [MethodsMax]string{"None", "Get", "Scan", "PutIntent", "ResolveIntent", "Put", "Refresh", "PlainGet", "PlainPutUnlessExists", "PlainPut", "QueryIntent", "CommitOnePC", "QueryOnePC", "RecoverIntent"}
+var methodNames = [MethodsMax]string{"None", "Get", "Scan", "PutIntent", "ResolveIntent", "Put", "Refresh", "PlainGet", "PlainPutUnlessExists", "PlainPut", "QueryIntent", "CommitOnePC", "QueryOnePC", "RecoverIntent", "PlainScan"}
 
 func (m Method) String() string {
 	if m < MethodsMax {
@@ -120,6 +123,7 @@ func (*RequestUnion_QueryIntent) method() Method          { return MethodQueryIn
 func (*RequestUnion_CommitOnePc) method() Method          { return MethodCommitOnePC }
 func (*RequestUnion_QueryOnePc) method() Method           { return MethodQueryOnePC }
 func (*RequestUnion_RecoverIntent) method() Method        { return MethodRecoverIntent }
+func (*RequestUnion_PlainScan) method() Method            { return MethodPlainScan }
 
 // Method returns the request's type (MethodNone if unset).
 func (r *RequestUnion) Method() Method {
