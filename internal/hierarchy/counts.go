@@ -51,6 +51,10 @@ type Counts struct {
 	// Forgotten are transactions an inner validator dropped because no vote
 	// came for them in 2*ResendAfter.
 	Resent, DuplicateVotes, DuplicateDecisions, Forgotten int
+	// Refused are parts a leaf refused (over a limit) by aborting their
+	// transaction itself; such an abort is counted in Decided both there
+	// and, if its failing vote arrives, at the decider.
+	Refused int
 }
 
 // Messages is every network message counted: the client's commit requests,
@@ -77,6 +81,7 @@ func (c Counts) Add(o Counts) Counts {
 	c.DuplicateVotes += o.DuplicateVotes
 	c.DuplicateDecisions += o.DuplicateDecisions
 	c.Forgotten += o.Forgotten
+	c.Refused += o.Refused
 	return c
 }
 

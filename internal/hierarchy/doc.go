@@ -156,8 +156,10 @@
 //
 // # Limits
 //
-// A leaf holds at most Config.PendingMax parts (then Propose returns
-// ErrOverloaded, retryable); a part has at most Config.KeysPerPartMax keys;
+// A leaf holds at most Config.PendingMax parts and takes parts of at most
+// Config.KeysPerPartMax keys; a part over a limit aborts its transaction
+// at the leaf (a commit needs every leaf's vote, so the leaf may), durably,
+// and Propose says why (ErrOverloaded is retryable);
 // the latest-version table holds at most Config.LatestKeysMax keys (then
 // it keeps the newest half and a floor); a batch has at most
 // Batching.SizeMax items and waits at most Batching.Timeout; a tree has at

@@ -115,11 +115,9 @@ func (h *harness) propose(n NodeID, p Part) error {
 	if v == nil {
 		return fmt.Errorf("node %d is down", n)
 	}
-	if err := v.Propose(p); err != nil {
-		return err
-	}
-	h.process(v)
-	return nil
+	err := v.Propose(p)
+	h.process(v) // a refused part's abort, if any
+	return err
 }
 
 // deliver hands the head of a link's queue to its receiver; false if empty.

@@ -50,7 +50,8 @@ type Vote struct {
 type Decision struct {
 	Txn    TxnID
 	Commit bool
-	// TS is the commit timestamp (meaningful only if Commit).
+	// TS is the commit timestamp; 0 for an abort, so that every abort of a
+	// transaction is the same decision wherever it is made.
 	TS uint64
 }
 
@@ -108,8 +109,9 @@ type Message struct {
 	Client ClientID
 
 	Votes []Vote
-	// Watermark (MsgVotes, timestamp variant): every vote the sender sends
-	// after this message has a timestamp above it. 0 promises nothing.
+	// Watermark (MsgVotes, timestamp variant): every successful vote the
+	// sender sends after this message has a timestamp above it (a failing
+	// vote's timestamp does not matter). 0 promises nothing.
 	Watermark uint64
 	// TS is the watermark a MsgRaise asks for.
 	TS        uint64

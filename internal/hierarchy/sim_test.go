@@ -1,6 +1,7 @@
 package hierarchy
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand"
@@ -45,8 +46,8 @@ func TestSimulation(t *testing.T) {
 			t.Fatalf("seed %d (%s): %v", seed, w.desc, err)
 		}
 		if *simSeed != 0 || testing.Verbose() {
-			t.Logf("seed %d (%s): %d txns, %d committed, %d aborted by validation, %d given up by the client, %d crashes; counts %+v",
-				seed, w.desc, len(w.txns), w.committed, w.abortedByValidation, w.givenUp, w.crashes, w.totalCounts())
+			t.Logf("seed %d (%s): %d txns, %d committed, %d aborted by validation (%d parts refused as overloaded), %d given up by the client, %d crashes, %d steps; counts %+v",
+				seed, w.desc, len(w.txns), w.committed, w.abortedByValidation, w.overloaded, w.givenUp, w.crashes, w.steps, w.totalCounts())
 		}
 	}
 }
@@ -106,7 +107,7 @@ type simWorld struct {
 	txnsMax, crashesMax                     int
 	localPct, readOnlyPct                   int
 	committed, abortedByValidation, givenUp int
-	crashes                                 int
+	crashes, overloaded, steps              int
 	gone                                    Counts // counts of crashed incarnations
 	// released: per decider, the commits it has told (timestamp variant,
 	// checked in timestamp order while nothing crashed).
@@ -161,6 +162,7 @@ func newSimWorld(t *testing.T, seed int64) *simWorld {
 		NodeBatch:      Batching{SizeMax: sizes[rng.Intn(len(sizes))], Timeout: time.Duration(1+rng.Intn(5)) * time.Millisecond},
 		ResendAfter:    time.Duration(20+rng.Intn(40)) * time.Millisecond,
 		LatestKeysMax:  []int{8, 1 << 20}[rng.Intn(2)],
+		PendingMax:     []int{3, 1 << 20}[rng.Intn(2)],
 	}
 	w := &simWorld{
 		t: t, rng: rng, tree: tree, cfg: cfg,
@@ -301,7 +303,10 @@ func (w *simWorld) resolve(n *simNode, d Decision) {
 func (w *simWorld) propose(n *simNode, p Part) error {
 	leaf, _ := w.tree.Leaf(n.id)
 	v := w.vals[leaf]
-	if err := v.Propose(p); err != nil {
+	if err := v.Propose(p); errors.Is(err, ErrOverloaded) {
+		w.overloaded++ // the leaf aborted the transaction (Ready has it)
+		w.tracef("node %d refuses txn %d: %v", n.id, p.Txn, err)
+	} else if err != nil {
 		return err
 	}
 	// The part's verdict is in the Ready (Parts, or a local Decision).
@@ -591,6 +596,7 @@ func (w *simWorld) run() error {
 	const stepsMax = 400_000
 	for step := 0; step < stepsMax; step++ {
 		if w.quiescent() {
+			w.steps = step
 			return nil
 		}
 		// Restarts count down.

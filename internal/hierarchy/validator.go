@@ -129,6 +129,9 @@ func New(cfg Config, rec Recovery) (*Validator, error) {
 			if err := v.checkPart(pr.Part); err != nil {
 				return nil, fmt.Errorf("recovered part: %w", err)
 			}
+			if err := v.checkKeys(pr.Part); err != nil {
+				return nil, fmt.Errorf("recovered part: %w", err)
+			}
 			if d, _ := v.tree.Decider(pr.Part.Nodes); d == v.id {
 				return nil, fmt.Errorf("%w: recovered part of txn %d is local: its decision is in the status table", ErrInvalidArgument, pr.Part.Txn)
 			}
@@ -196,10 +199,6 @@ func (v *Validator) checkPart(p Part) error {
 		return fmt.Errorf("%w: part without a transaction ID", ErrInvalidArgument)
 	case len(p.Nodes) == 0:
 		return fmt.Errorf("%w: txn %d: part without nodes", ErrInvalidArgument, p.Txn)
-	case len(p.Reads)+len(p.Writes) == 0:
-		return fmt.Errorf("%w: txn %d: part without keys", ErrInvalidArgument, p.Txn)
-	case len(p.Reads)+len(p.Writes) > v.cfg.KeysPerPartMax:
-		return fmt.Errorf("%w: txn %d: part has %d keys, max %d", ErrInvalidArgument, p.Txn, len(p.Reads)+len(p.Writes), v.cfg.KeysPerPartMax)
 	}
 	for i, n := range p.Nodes {
 		if i > 0 && n <= p.Nodes[i-1] {
@@ -211,6 +210,18 @@ func (v *Validator) checkPart(p Part) error {
 	}
 	if !slices.Contains(p.Nodes, v.tree.Node(v.id)) {
 		return fmt.Errorf("%w: txn %d: nodes %v leave out this leaf's node %d", ErrInvalidArgument, p.Txn, p.Nodes, v.tree.Node(v.id))
+	}
+	return nil
+}
+
+// checkKeys checks a part's keys against the limits. Errors wrap
+// ErrInvalidArgument.
+func (v *Validator) checkKeys(p Part) error {
+	switch n := len(p.Reads) + len(p.Writes); {
+	case n == 0:
+		return fmt.Errorf("%w: txn %d: part without keys", ErrInvalidArgument, p.Txn)
+	case n > v.cfg.KeysPerPartMax:
+		return fmt.Errorf("%w: txn %d: part has %d keys, max %d", ErrInvalidArgument, p.Txn, n, v.cfg.KeysPerPartMax)
 	}
 	return nil
 }
@@ -325,8 +336,16 @@ func (v *Validator) setLatest(k string, ts uint64) {
 // Propose hands a leaf the part a client's commit request brought to its
 // node (3.2.4). The leaf issues the part's timestamp and checks it; a
 // transaction local to the node is decided at once, any other is voted up.
-// Errors wrap ErrInvalidArgument (bad part; the client's mistake) or
-// ErrOverloaded (retryable); either way nothing changed.
+//
+// Errors wrap ErrInvalidArgument or ErrOverloaded (retryable):
+//   - a malformed transaction ID or node list, or a second part of a
+//     transaction pending here (a retry: wait for the decision): nothing
+//     changed;
+//   - a part over a limit (no keys or more than KeysPerPartMax, or
+//     PendingMax parts pending): the leaf aborts the transaction itself,
+//     which it may since a commit needs its vote (Ready holds the durable
+//     decision, the client's result and a failing vote, so that the other
+//     nodes learn of it from the decider, or else from the status table).
 func (v *Validator) Propose(p Part) error {
 	if !v.isLeaf() {
 		return fmt.Errorf("%w: validator %d is not a leaf", ErrInvalidArgument, v.id)
@@ -338,8 +357,19 @@ func (v *Validator) Propose(p Part) error {
 		return fmt.Errorf("%w: txn %d already has a part pending at node %d", ErrInvalidArgument, p.Txn, v.tree.Node(v.id))
 	}
 	decider, _ := v.tree.Decider(p.Nodes)
-	if decider != v.id && len(v.pending) >= v.cfg.PendingMax {
-		return fmt.Errorf("%w: %d parts pending at node %d", ErrOverloaded, len(v.pending), v.tree.Node(v.id))
+	refusal := v.checkKeys(p)
+	if refusal == nil && decider != v.id && len(v.pending) >= v.cfg.PendingMax {
+		refusal = fmt.Errorf("%w: %d parts pending at node %d", ErrOverloaded, len(v.pending), v.tree.Node(v.id))
+	}
+	if refusal != nil {
+		v.counts.Parts++
+		v.counts.Refused++
+		vt := Vote{Txn: p.Txn, Client: p.Client, Snapshot: p.Snapshot, Nodes: p.Nodes, OK: false}
+		v.decide(vt, 2)
+		if decider != v.id {
+			v.enqueueUp(vt)
+		}
+		return refusal
 	}
 	v.counts.Parts++
 	ts := v.nextTS(max(v.clock, p.Snapshot))
@@ -585,7 +615,10 @@ func (v *Validator) raiseChildren(ts uint64) {
 // decide makes and tells a decision at once (a leaf's local transaction,
 // an abort, or any decision of the locking variant).
 func (v *Validator) decide(vt Vote, steps float64) {
-	d := Decision{Txn: vt.Txn, Commit: vt.OK, TS: vt.TS}
+	d := Decision{Txn: vt.Txn, Commit: vt.OK}
+	if d.Commit {
+		d.TS = vt.TS
+	}
 	v.rd.Decisions = append(v.rd.Decisions, d)
 	v.tell(d, vt, steps)
 }
