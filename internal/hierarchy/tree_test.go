@@ -127,3 +127,36 @@ func TestOverloaded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLatestEviction: when the latest-version table is full, the lower
+// half goes and the floor rises to the highest dropped version; a key not
+// in the table then counts as written at the floor (a conservative abort
+// for older snapshots, never a missed conflict).
+func TestLatestEviction(t *testing.T) {
+	tr, _ := DefaultTree([]NodeID{1, 2})
+	v, _ := New(Config{Tree: tr, ID: 1, LatestKeysMax: 4}, Recovery{})
+	for i, k := range []string{"a", "b", "c", "d", "e"} {
+		if err := v.Propose(Part{Txn: TxnID(10 * (i + 1)), Snapshot: uint64(10 * (i + 1)), Nodes: []NodeID{1}, Writes: []string{k}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Versions a@11 b@21 c@31 d@41 e@51: five over four, so a and b go.
+	if len(v.latest) != 3 || v.latestFloor != 21 {
+		t.Fatalf("latest %v floor %d", v.latest, v.latestFloor)
+	}
+	for _, tc := range []struct {
+		key  string
+		snap uint64
+		ok   bool
+	}{
+		{"a", 20, false}, // a's version 11 is gone, but the floor is 21
+		{"z", 20, false}, // never written: still counts as at the floor
+		{"z", 21, true},
+		{"c", 30, false}, // kept exactly
+		{"c", 31, true},
+	} {
+		if got := v.check(Part{Snapshot: tc.snap, Writes: []string{tc.key}}); got != tc.ok {
+			t.Fatalf("%s at snapshot %d: passes %v, want %v", tc.key, tc.snap, got, tc.ok)
+		}
+	}
+}
