@@ -165,6 +165,7 @@ type PartResult struct {
 //  1. Make Parts and Decisions durable (a leaf: the part results beside the
 //     part's intents; a decision: the status table).
 //  2. Send Messages, and apply Resolve to the node's intents (leaves only).
+//  3. Look up Lookups in the status table; call Decided for those decided.
 type Ready struct {
 	Parts     []PartResult
 	Decisions []Decision

@@ -19,6 +19,18 @@ const DefaultResendAfter = time.Second
 // A Validator is not safe for concurrent use: the caller serializes calls,
 // as the thesis's validators validate one transaction at a time (issue 9
 // item 6 asks for more cores; that is the caller's sharding, later).
+//
+// Rejected designs: a part that meets a hold waits for it instead of
+// failing (fewer aborts, but waits across leaves can form cycles that no
+// one leaf sees, which needs a distributed deadlock detector; the thesis
+// fails at once too); the decider checks the merged keys again (the
+// thesis's timestamp variant; redundant once leaves learn every commit
+// timestamp, and it would make a decision depend on the decider's memory,
+// so a restarted decider could decide otherwise); a restarted inner
+// validator asks its children to send again at once (a MsgResend: a
+// decision lost in a crash can leave some leaves with nothing to send, so
+// overdue leaves must fall back on the status table anyway, which covers
+// the restart too).
 type Validator struct {
 	cfg  Config
 	tree *Tree
@@ -89,7 +101,6 @@ type running struct {
 	vote Vote
 	// need are the children whose votes are awaited, got those received.
 	need, got []ValidatorID
-	resent    bool
 	lastVote  time.Duration
 	decider   ValidatorID
 }
