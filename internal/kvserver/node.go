@@ -147,11 +147,17 @@ func (c *Config) ensureDefaults() error {
 
 // Node is one Canopy server process's store.
 type Node struct {
-	cfg       Config
-	eng       *storage.Engine
-	lis       net.Listener
-	srv       *grpc.Server
-	transport *transport
+	cfg Config
+	eng *storage.Engine
+	// outSnaps holds the engine snapshots of Raft snapshots not yet
+	// streamed; snapshotRecv and snapshotSend bound the snapshot streams
+	// received and sent at once (snapshot.go).
+	outSnaps     snapshotRegistry
+	snapshotRecv chan struct{}
+	snapshotSend chan struct{}
+	lis          net.Listener
+	srv          *grpc.Server
+	transport    *transport
 	// sched processes the Ready work of every replica on the node.
 	sched  *replica.Scheduler
 	oracle *tso.Oracle
@@ -312,6 +318,14 @@ func Start(cfg Config) (*Node, error) {
 	if n.NodeID() != 0 {
 		n.votesFrom = time.Now().Add(n.leaseDuration())
 	}
+	n.snapshotRecv, n.snapshotSend = make(chan struct{}, SnapshotStreamsMax), make(chan struct{}, SnapshotStreamsMax)
+	n.cleanSnapshots(true)
+	if err := recoverSnapshotApplies(eng, n.log); err != nil {
+		_ = lis.Close()
+		n.sched.Close()
+		_ = eng.Close()
+		return nil, fmt.Errorf("kvserver: store %s: %w", cfg.StoreDir, err)
+	}
 	if err := n.loadRanges(); err != nil {
 		_ = lis.Close()
 		for _, rr := range n.replicaList() {
@@ -328,6 +342,7 @@ func Start(cfg Config) (*Node, error) {
 		grpc.ChainStreamInterceptor(n.ops.metrics.grpc.StreamServerInterceptor(), n.identityStream))
 	rpcpb.RegisterKVServer(n.srv, &kvService{n: n})
 	rpcpb.RegisterInternalServer(n.srv, &internalService{n: n})
+	rpcpb.RegisterSnapshotsServer(n.srv, &snapshotsService{n: n})
 	n.registerOps() // http.go: gRPC health service
 	n.wg.Add(5)
 	go func() { defer n.wg.Done(); _ = n.srv.Serve(lis) }()
@@ -335,6 +350,8 @@ func Start(cfg Config) (*Node, error) {
 	go n.runEvery(n.cfg.TickInterval, n.tick)
 	go n.runEvery(n.cfg.BalanceInterval, n.balance)
 	go n.runEvery(n.cfg.GCInterval, n.collectLedRanges)
+	n.wg.Add(1)
+	go n.runEvery(SnapshotStreamTTL/2, func() { n.cleanSnapshots(false) })
 	if n.bootstrapped() {
 		// A store of another cluster on one of this cluster's addresses
 		// is refused by the others; identity.go.
@@ -422,6 +439,7 @@ func (n *Node) Stop() {
 	}
 	n.sched.Close()
 	n.unregisterOps()
+	n.outSnaps.expire(time.Time{})
 	_ = n.eng.Close()
 }
 
@@ -712,26 +730,8 @@ func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) error {
 		return nil
 	}
 	if m.Type == raftpb.MsgSnap && (rr == nil || rr.sm.Desc() == nil) {
-		// A snapshot may only initialize a replica if its span overlaps no
-		// other replica here: otherwise that replica has yet to apply the
-		// split that created this range, and would still write into it.
-		//
-		// The refusal must reach the sender: its Raft leader otherwise waits
-		// for this snapshot forever (a follower in StateSnapshot gets no
-		// appends until the snapshot is reported), and the replica that the
-		// split creates here later, at the split's initial index, would never
-		// catch up.
-		st, _, err := snapshotState(m.Snapshot.Data)
-		if err != nil {
-			return fmt.Errorf("kvserver: snapshot for r%d: %w", rm.RangeId, err)
-		}
-		d := st.Range
-		for _, other := range n.replicaList() {
-			od := other.sm.Desc()
-			if other.r.RangeID() != rm.RangeId && od != nil &&
-				string(od.StartKey) < string(d.EndKey) && string(d.StartKey) < string(od.EndKey) {
-				return fmt.Errorf("kvserver: snapshot for r%d refused on n%d: it overlaps r%d, which has yet to apply the split", rm.RangeId, n.NodeID(), other.r.RangeID())
-			}
+		if err := n.snapshotOverlaps(rm.RangeId, &m); err != nil {
+			return err
 		}
 	}
 	if rr == nil {
@@ -745,6 +745,50 @@ func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) error {
 		return nil
 	}
 	rr.r.Step(m)
+	return nil
+}
+
+// snapshotOverlaps returns an error if MsgSnap m, for a range of which
+// this node has no initialized replica, overlaps another replica here.
+//
+// A snapshot may only initialize a replica if its span overlaps no other
+// replica here: otherwise that replica has yet to apply the split that
+// created this range, and would still write into it.
+//
+// The refusal must reach the sender: its Raft leader otherwise waits for
+// this snapshot forever (a follower in StateSnapshot gets no appends until
+// the snapshot is reported), and the replica that the split creates here
+// later, at the split's initial index, would never catch up.
+func (n *Node) snapshotOverlaps(rangeID uint64, m *raftpb.Message) error {
+	st, _, err := snapshotState(m.Snapshot.Data)
+	if err != nil {
+		return fmt.Errorf("kvserver: snapshot for r%d: %w", rangeID, err)
+	}
+	d := st.Range
+	for _, other := range n.replicaList() {
+		od := other.sm.Desc()
+		if other.r.RangeID() != rangeID && od != nil &&
+			string(od.StartKey) < string(d.EndKey) && string(d.StartKey) < string(od.EndKey) {
+			return fmt.Errorf("kvserver: snapshot for r%d refused on n%d: it overlaps r%d, which has yet to apply the split", rangeID, n.NodeID(), other.r.RangeID())
+		}
+	}
+	return nil
+}
+
+// admitSnapshot returns why the MsgSnap m of rm is refused here before its
+// data is received, or nil (receiveRaft checks it again when it steps it).
+func (n *Node) admitSnapshot(rm *rpcpb.RaftMessage, m *raftpb.Message) error {
+	if !n.bootstrapped() || rm.ToNodeId != n.NodeID() || n.failed() {
+		return status.Errorf(codes.FailedPrecondition, "kvserver: snapshot for r%d: node n%d cannot take it", rm.RangeId, n.NodeID())
+	}
+	if n.disk != nil && n.disk.low.Load() {
+		return status.Errorf(codes.ResourceExhausted, "kvserver: snapshot for r%d refused on n%d: out of disk", rm.RangeId, n.NodeID())
+	}
+	if rr := n.replica(rm.RangeId); rr == nil || rr.sm.Desc() == nil {
+		if err := n.snapshotOverlaps(rm.RangeId, m); err != nil {
+			return status.Error(codes.FailedPrecondition, err.Error())
+		}
+	}
 	return nil
 }
 

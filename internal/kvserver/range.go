@@ -38,6 +38,9 @@ type rangeHost interface {
 	// startRange starts the replica of a range created here by a split,
 	// replacing an uninitialized replica of it.
 	startRange(d *rpcpb.RangeDescriptor)
+	// snapshots holds the engine snapshots of snapshots made here and not
+	// yet streamed (snapshot.go).
+	snapshots() *snapshotRegistry
 }
 
 // rangeSM is the state machine of one range on this node. It implements
@@ -297,34 +300,10 @@ func (s *rangeSM) applySplit(b *storage.Batch, desc *rpcpb.RangeDescriptor, sc *
 }
 
 // Snapshot data: uvarint length + RangeState (descriptor, GC threshold),
-// then (uvarint length + key, uvarint length + value) for every physical
-// data key of the range.
-
-// SnapshotData implements replica.StateMachine.
-func (s *rangeSM) SnapshotData(r storage.Reader) ([]byte, error) {
-	desc := s.Desc()
-	if desc == nil {
-		return nil, errors.New("uninitialized replica cannot make a snapshot")
-	}
-	gcThreshold, err := loadGCThreshold(r, s.rangeID)
-	if err != nil {
-		return nil, err
-	}
-	hb, err := proto.Marshal(&rpcpb.RangeState{Range: desc, GcThreshold: gcThreshold})
-	if err != nil {
-		return nil, err
-	}
-	out := binary.AppendUvarint(nil, uint64(len(hb)))
-	out = append(out, hb...)
-	err = mvcc.IterateSpan(r, desc.StartKey, desc.EndKey, func(k, v []byte) error {
-		out = binary.AppendUvarint(out, uint64(len(k)))
-		out = append(out, k...)
-		out = binary.AppendUvarint(out, uint64(len(v)))
-		out = append(out, v...)
-		return nil
-	})
-	return out, err
-}
+// then, in an inline snapshot, (uvarint length + key, uvarint length +
+// value) for every physical data key of the range. A streamed snapshot's
+// data is the RangeState alone, naming the stream or the staged file the
+// pairs are in (snapshot.go).
 
 func nextChunk(data []byte) (chunk, rest []byte, err error) {
 	n, w := binary.Uvarint(data)
@@ -354,20 +333,13 @@ func (s *rangeSM) ApplySnapshot(b *storage.Batch, data []byte) (func(), error) {
 	}
 	desc := st.Range
 	s.dataChanges.Add(1)
-	if err := mvcc.ClearSpan(b, desc.StartKey, desc.EndKey); err != nil {
+	src, err := openPairs(st, rest)
+	if err != nil {
 		return nil, err
 	}
-	for len(rest) > 0 {
-		var k, v []byte
-		if k, rest, err = nextChunk(rest); err != nil {
-			return nil, err
-		}
-		if v, rest, err = nextChunk(rest); err != nil {
-			return nil, err
-		}
-		if err := b.Set(k, v); err != nil {
-			return nil, err
-		}
+	defer src.close()
+	if err := s.applyPairs(b, st, src); err != nil {
+		return nil, err
 	}
 	if err := writeDesc(b, desc); err != nil {
 		return nil, err

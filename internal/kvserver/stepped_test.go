@@ -152,9 +152,14 @@ type steppedNode struct {
 	id       uint64
 	eng      *storage.Engine
 	replicas map[uint64]*rangeReplica
+	outSnaps snapshotRegistry
 }
 
 func (n *steppedNode) Engine() *storage.Engine { return n.eng }
+
+// snapshots implements rangeHost: deliverOne turns a streamed snapshot
+// into an inline one from this registry.
+func (n *steppedNode) snapshots() *snapshotRegistry { return &n.outSnaps }
 
 // startRange implements rangeHost as Node.startRange does, without
 // starting the replica (nor campaigning: the testdata says who campaigns).
@@ -594,6 +599,19 @@ func (e *steppedEnv) deliverAll() bool {
 // and reported to the sender as failed.
 func (e *steppedEnv) deliverOne(sm steppedMsg, drop bool) {
 	m := sm.m
+	if m.Type == raftpb.MsgSnap {
+		// Node streams the snapshot's data from the sender's engine
+		// snapshot (snapshot.go); here it travels inline.
+		from := e.nodes[m.From]
+		data, err := inlineSnapshot(from.snapshots(), m.Snapshot.Data)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		snap := *m.Snapshot
+		snap.Data = data
+		m.Snapshot = &snap
+		sm.m = m
+	}
 	desc := describeMsg(m)
 	if drop || e.isolated[m.From] || e.isolated[m.To] || e.cut[[2]uint64{min(m.From, m.To), max(m.From, m.To)}] {
 		e.event("dropped %s", desc)

@@ -60,6 +60,9 @@ type transportEnv interface {
 	// reportUnreachable tells the range's replica that m was not
 	// delivered (and, for a MsgSnap, that the snapshot failed).
 	reportUnreachable(rangeID uint64, m *raftpb.Message)
+	// sendSnapshot delivers MsgSnap rm with its data (Node streams it:
+	// snapshot.go) and returns once the peer has taken it or failed.
+	sendSnapshot(ctx context.Context, rm *rpcpb.RaftMessage) error
 }
 
 // transport sends Raft messages to peers: one queue and one sender
@@ -129,7 +132,7 @@ type peer struct {
 // outgoingMessage is a queued Raft message.
 type outgoingMessage struct {
 	msg *rpcpb.RaftMessage
-	// snapshot is set for a MsgSnap, which is sent alone, by unary RPC.
+	// snapshot is set for a MsgSnap, which is sent alone, by sendSnapshot.
 	snapshot bool
 }
 
@@ -428,29 +431,37 @@ type peerStream struct {
 	retryAt time.Time
 }
 
-// send sends b, reporting its messages unreachable if that fails.
+// send sends b, reporting its messages unreachable if that fails. A
+// snapshot goes on a goroutine of its own (sendSnapshot), so that the
+// peer's other messages, heartbeats among them, do not wait behind it.
 func (s *peerStream) send(b outgoingBatch) {
-	var err error
 	if b.snapshot {
-		err = s.sendUnary(b.msgs)
-	} else {
-		err = s.sendStream(b.msgs)
+		s.t.sendSnapshot(b.msgs[0])
+		return
 	}
-	if err != nil {
+	if err := s.sendStream(b.msgs); err != nil {
 		s.t.failBatch(b.msgs)
 	}
 }
 
-// sendUnary sends msgs by the unary Raft RPC and waits for the reply.
-func (s *peerStream) sendUnary(msgs []*rpcpb.RaftMessage) error {
-	cl, err := s.t.env.internalClient(s.nodeID)
-	if err != nil {
-		return err
+// sendSnapshot hands MsgSnap rm to the env's sendSnapshot on a goroutine
+// that stop waits for, reporting the snapshot failed if it fails.
+func (t *transport) sendSnapshot(rm *rpcpb.RaftMessage) {
+	t.mu.Lock()
+	if t.mu.stopped {
+		t.mu.Unlock()
+		t.failBatch([]*rpcpb.RaftMessage{rm})
+		return
 	}
-	ctx, cancel := context.WithTimeout(s.t.ctx, RaftSendTimeout)
-	defer cancel()
-	_, err = cl.Raft(ctx, &rpcpb.RaftMessageBatch{Messages: msgs})
-	return err
+	t.wg.Add(1)
+	t.mu.Unlock()
+	go func() {
+		defer t.wg.Done()
+		if err := t.env.sendSnapshot(t.ctx, rm); err != nil {
+			t.log.Warn("snapshot not delivered", "range", rm.RangeId, "to", fmt.Sprintf("n%d", rm.ToNodeId), "err", err)
+			t.failBatch([]*rpcpb.RaftMessage{rm})
+		}
+	}()
 }
 
 // sendStream sends msgs on the stream, opening it first if need be, and

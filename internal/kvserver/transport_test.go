@@ -176,6 +176,19 @@ func (e *testEnv) internalClient(nodeID uint64) (rpcpb.InternalClient, error) {
 	return rpcpb.NewInternalClient(c), nil
 }
 
+// sendSnapshot sends rm by the unary Raft RPC, whose reply confirms it
+// (a Node streams the snapshot's data instead: snapshot.go).
+func (e *testEnv) sendSnapshot(ctx context.Context, rm *rpcpb.RaftMessage) error {
+	cl, err := e.internalClient(rm.ToNodeId)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, RaftSendTimeout)
+	defer cancel()
+	_, err = cl.Raft(ctx, &rpcpb.RaftMessageBatch{Messages: []*rpcpb.RaftMessage{rm}})
+	return err
+}
+
 func (e *testEnv) reportUnreachable(rangeID uint64, m *raftpb.Message) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -339,9 +352,10 @@ func TestTransportLinkFaults(t *testing.T) {
 	}
 }
 
-// TestTransportSnapshot: a snapshot arrives by the unary RPC, whose reply
-// confirms it; one that cannot be delivered is reported as a failed
-// snapshot (reportUnreachable with MsgSnap).
+// TestTransportSnapshot: a snapshot goes alone to the env's sendSnapshot
+// (here the unary RPC, whose reply confirms it); one that cannot be
+// delivered is reported as a failed snapshot (reportUnreachable with
+// MsgSnap).
 func TestTransportSnapshot(t *testing.T) {
 	sink := &raftSink{}
 	tr, env, ts := startTestTransport(t, sink)

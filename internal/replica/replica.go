@@ -43,8 +43,11 @@ type StateMachine interface {
 	// Apply panics on an engine error: a replica that cannot apply its log
 	// must stop rather than diverge (I5).
 	Apply(b *storage.Batch, index, term uint64, cmd []byte) (result any, after func())
-	// SnapshotData serialises the range's data as read from r.
-	SnapshotData(r storage.Reader) ([]byte, error)
+	// SnapshotData returns the data of a snapshot of the range as of snap,
+	// an engine snapshot taken at the applied index. It owns snap and
+	// closes it, at once or once the snapshot is sent (a state machine may
+	// stream the range's data from it, see kvserver/snapshot.go).
+	SnapshotData(snap *storage.Snapshot) ([]byte, error)
 	// ApplySnapshot replaces the range's data with data, writing into b.
 	ApplySnapshot(b *storage.Batch, data []byte) (after func(), err error)
 }
@@ -1134,9 +1137,7 @@ func (r *Replica) makeSnapshot() (raftpb.Snapshot, error) {
 	if err != nil {
 		return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable
 	}
-	snap := r.cfg.Engine.NewSnapshot()
-	defer snap.Close()
-	data, err := r.cfg.SM.SnapshotData(snap)
+	data, err := r.cfg.SM.SnapshotData(r.cfg.Engine.NewSnapshot())
 	if err != nil {
 		r.cfg.Logger.Error("building snapshot", "range", r.cfg.RangeID, "err", err)
 		return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable

@@ -25,7 +25,13 @@ func (kvSM) Apply(b *storage.Batch, index, _ uint64, cmd []byte) (any, func()) {
 	return index, nil
 }
 
-func (kvSM) SnapshotData(r storage.Reader) ([]byte, error) {
+func (kvSM) SnapshotData(snap *storage.Snapshot) ([]byte, error) {
+	defer snap.Close()
+	return kvData(snap)
+}
+
+// kvData serialises the data keys read from r.
+func kvData(r storage.Reader) ([]byte, error) {
 	it, err := r.NewIter([]byte{storage.PrefixData}, storage.DataSpanEnd())
 	if err != nil {
 		return nil, err
@@ -246,7 +252,7 @@ func (g *group) waitApplied(id, index uint64) {
 }
 
 func dataOf(t *testing.T, eng *storage.Engine) string {
-	data, err := kvSM{}.SnapshotData(eng)
+	data, err := kvData(eng)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -144,6 +144,13 @@ type cluster struct {
 // still running.
 func newCluster(t *testing.T, n int) *cluster {
 	t.Helper()
+	return newClusterWith(t, n, nil)
+}
+
+// newClusterWith is newCluster with args as every node's extra flags of
+// `canopy start` (node.args) from its first start.
+func newClusterWith(t *testing.T, n int, args []string) *cluster {
+	t.Helper()
 	dir := t.TempDir()
 	c := &cluster{t: t}
 	// Hold every listener until all ports are chosen, so none repeats.
@@ -170,6 +177,7 @@ func newCluster(t *testing.T, n int) *cluster {
 			httpAddr: httpAddrs[i],
 			store:    filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			logPath:  filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)),
+			args:     append([]string(nil), args...),
 		})
 	}
 	t.Cleanup(func() {

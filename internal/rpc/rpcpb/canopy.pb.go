@@ -4240,9 +4240,17 @@ func (x *GCCommand) GetVersionsMax() uint32 {
 
 // RangeState heads a range snapshot: what a replica needs besides data.
 type RangeState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Range         *RangeDescriptor       `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
-	GcThreshold   uint64                 `protobuf:"varint,2,opt,name=gc_threshold,json=gcThreshold,proto3" json:"gc_threshold,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Range       *RangeDescriptor       `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	GcThreshold uint64                 `protobuf:"varint,2,opt,name=gc_threshold,json=gcThreshold,proto3" json:"gc_threshold,omitempty"`
+	// A streamed snapshot's data is only this message (kvserver/snapshot.go):
+	// on the sender, stream_id names the engine snapshot its pairs are read
+	// from; on the receiver, staged_file is the file they were received into
+	// and staged_bytes its size. Neither is set in an inline snapshot, whose
+	// pairs follow this message in the data.
+	StreamId      uint64 `protobuf:"varint,3,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
+	StagedFile    string `protobuf:"bytes,4,opt,name=staged_file,json=stagedFile,proto3" json:"staged_file,omitempty"`
+	StagedBytes   uint64 `protobuf:"varint,5,opt,name=staged_bytes,json=stagedBytes,proto3" json:"staged_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4287,6 +4295,27 @@ func (x *RangeState) GetRange() *RangeDescriptor {
 func (x *RangeState) GetGcThreshold() uint64 {
 	if x != nil {
 		return x.GcThreshold
+	}
+	return 0
+}
+
+func (x *RangeState) GetStreamId() uint64 {
+	if x != nil {
+		return x.StreamId
+	}
+	return 0
+}
+
+func (x *RangeState) GetStagedFile() string {
+	if x != nil {
+		return x.StagedFile
+	}
+	return ""
+}
+
+func (x *RangeState) GetStagedBytes() uint64 {
+	if x != nil {
+		return x.StagedBytes
 	}
 	return 0
 }
@@ -4830,11 +4859,15 @@ const file_canopy_proto_rawDesc = "" +
 	"\tGCCommand\x12\x1c\n" +
 	"\tthreshold\x18\x01 \x01(\x04R\tthreshold\x12\x1b\n" +
 	"\tstart_key\x18\x02 \x01(\fR\bstartKey\x12!\n" +
-	"\fversions_max\x18\x03 \x01(\rR\vversionsMax\"^\n" +
+	"\fversions_max\x18\x03 \x01(\rR\vversionsMax\"\xbf\x01\n" +
 	"\n" +
 	"RangeState\x12-\n" +
 	"\x05range\x18\x01 \x01(\v2\x17.canopy.RangeDescriptorR\x05range\x12!\n" +
-	"\fgc_threshold\x18\x02 \x01(\x04R\vgcThreshold\"~\n" +
+	"\fgc_threshold\x18\x02 \x01(\x04R\vgcThreshold\x12\x1b\n" +
+	"\tstream_id\x18\x03 \x01(\x04R\bstreamId\x12\x1f\n" +
+	"\vstaged_file\x18\x04 \x01(\tR\n" +
+	"stagedFile\x12!\n" +
+	"\fstaged_bytes\x18\x05 \x01(\x04R\vstagedBytes\"~\n" +
 	"\fSplitCommand\x12\x1b\n" +
 	"\tsplit_key\x18\x01 \x01(\fR\bsplitKey\x12 \n" +
 	"\fnew_range_id\x18\x02 \x01(\x04R\n" +

@@ -1,0 +1,3 @@
+package rpcpb
+
+//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative snapshot.proto
