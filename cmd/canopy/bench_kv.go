@@ -95,13 +95,3 @@ func runBenchKV(ctx context.Context, o benchKVOptions, command string) error {
 	return writeBenchOutputs(o.benchClusterOptions, rows, m,
 		fmt.Sprintf("canopy bench kv (%s): %d-byte values, %d keys", o.target, o.kv.ValueBytes, o.kv.Keys))
 }
-
-func splitHosts(s string) []string {
-	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
-}

@@ -19,11 +19,19 @@ func init() {
 	st := &cobra.Command{
 		Use:   "store",
 		Short: "Show what a stopped node's store holds: identity, ranges, Raft state, key counts",
+		Long: `Show what a stopped node's store holds: identity, ranges, Raft state, key
+counts. The store is opened read-only: no file of it is created, changed or
+removed (the write-ahead log is replayed in memory), so it is safe to run on a
+store kept for investigation. A running node holds its store's lock: stop it
+first.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := os.Stat(store); err != nil {
+			if fi, err := os.Stat(store); err != nil {
 				return fmt.Errorf("store %s: %w", store, err)
+			} else if !fi.IsDir() {
+				return usageErrorf("--store %s is not a directory", store)
 			}
-			eng, err := storage.Open(store, storage.Options{})
+			eng, err := storage.Open(store, storage.Options{ReadOnly: true})
 			if err != nil {
 				return fmt.Errorf("opening %s (is its node still running?): %w", store, err)
 			}

@@ -60,9 +60,15 @@ func runDemo(ctx context.Context, o demoOptions) error {
 		return err
 	}
 	defer db.Close()
+	if ctx.Err() != nil {
+		return errInterrupted
+	}
 	b := bank.New(db, bank.Options{Accounts: o.accounts})
 	fmt.Printf("creating %d accounts with %d each (total %d)...\n", o.accounts, 1000, b.Want())
 	if err := b.Setup(ctx); err != nil {
+		if ctx.Err() != nil {
+			return errInterrupted
+		}
 		return err
 	}
 
@@ -126,6 +132,16 @@ func runDemo(ctx context.Context, o demoOptions) error {
 	}
 	fmt.Println()
 	wg.Wait()
+	if ctx.Err() != nil {
+		// Interrupted (Ctrl-C): the deferred Close stops the nodes and
+		// removes the temporary directory.
+		if o.dir == "" {
+			fmt.Printf("interrupted: stopping the cluster and removing %s\n", c.Dir())
+		} else {
+			fmt.Printf("interrupted: stopping the cluster (stores kept in %s)\n", c.Dir())
+		}
+		return errInterrupted
+	}
 	if stopped >= 0 {
 		if err := c.RestartNode(stopped); err != nil {
 			return err

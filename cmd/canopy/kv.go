@@ -1,180 +1,281 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
-	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/canopy-db/canopy/client"
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/spf13/cobra"
 )
 
-var (
-	hosts string
-	// dialTimeout bounds the first contact of a CLI command with the
-	// cluster (client.Options.DialTimeout).
-	dialTimeout time.Duration
-)
+// kvOutput is kv's --output.
+var kvOutput string
 
-// DialTimeoutMax bounds --dial-timeout.
-const DialTimeoutMax = 10 * time.Minute
+// ScanPageKeys is how many keys `kv scan --limit 0` reads per request.
+const ScanPageKeys = 1000
 
-func openDB(ctx context.Context) (*client.DB, error) {
-	if dialTimeout <= 0 || dialTimeout > DialTimeoutMax {
-		return nil, fmt.Errorf("--dial-timeout %v: want a duration in (0, %v]", dialTimeout, DialTimeoutMax)
-	}
-	return client.Open(ctx, splitHosts(hosts), client.WithOptions(client.Options{DialTimeout: dialTimeout}))
-}
-
-func withDB(f func(ctx context.Context, db *client.DB) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
-		defer cancel()
-		db, err := openDB(ctx)
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		return f(ctx, db)
-	}
-}
+// ScanLimitDefault is kv scan's default --limit.
+const ScanLimitDefault = 1000
 
 func init() {
-	rootCmd.PersistentFlags().DurationVar(&dialTimeout, "dial-timeout", 2*time.Second,
-		"how long a command waits for any of the --host nodes to answer before it fails")
-	kv := &cobra.Command{Use: "kv", Short: "Single-key reads and writes outside transactions"}
-	kv.PersistentFlags().StringVar(&hosts, "host", "127.0.0.1:26257", "comma-separated node addresses")
+	kv := &cobra.Command{Use: "kv", Short: "Single-key reads and writes outside transactions",
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := rootCmd.PersistentPreRunE(cmd, args); err != nil {
+				return err
+			}
+			return checkOutput(kvOutput)
+		}}
+	addConnFlags(kv)
+	addOutputFlag(kv, &kvOutput)
+
+	get := &cobra.Command{Use: "get KEY", Args: cobra.ExactArgs(1),
+		Short: "Print the value of KEY (exit status 3 if it does not exist)",
+		RunE: withDBArgs(func(ctx context.Context, db *client.DB, args []string) error {
+			k := []byte(args[0])
+			v, ok, err := db.Get(ctx, k)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("key %s: %w", formatBytes(outputTable, k), errNotFound)
+			}
+			switch kvOutput {
+			case outputJSON:
+				return printJSON(map[string]string{"key": b64(k), "value": b64(v)})
+			case outputHex:
+				fmt.Println(formatBytes(outputHex, v))
+			default:
+				os.Stdout.Write(append(v, '\n'))
+			}
+			return nil
+		})}
+
+	var valueFile string
+	put := &cobra.Command{Use: "put KEY [VALUE | -]", Args: cobra.RangeArgs(1, 2),
+		Short: "Write a value at KEY and print OK",
+		Long: fmt.Sprintf(`Write a value at KEY and print OK. The value is VALUE; with - in its place, the
+whole of standard input; with --value-file FILE, that file's contents. Values
+may be up to %d bytes (4 MiB); command-line arguments are limited to 128 KiB by
+the operating system, so pass large values through - or --value-file. An empty
+value is written with ''.`, keys.ValueBytesMax),
+		Example: `  canopy kv put greeting hello
+  canopy kv put 'key with spaces' 'value with spaces'
+  canopy kv put photo - < photo.jpg
+  canopy kv put photo --value-file photo.jpg`,
+		RunE: withDBArgs(func(ctx context.Context, db *client.DB, args []string) error {
+			v, err := putValue(args, valueFile, os.Stdin)
+			if err != nil {
+				return err
+			}
+			if err := db.Put(ctx, []byte(args[0]), v); err != nil {
+				return err
+			}
+			if kvOutput == outputJSON {
+				return printJSON(map[string]any{"ok": true, "value_bytes": len(v)})
+			}
+			fmt.Println("OK")
+			return nil
+		})}
+	put.Flags().StringVar(&valueFile, "value-file", "", "read the value from this file")
+
+	del := &cobra.Command{Use: "del KEY", Args: cobra.ExactArgs(1),
+		Short: "Delete KEY and print how many keys were deleted (1 or 0)",
+		RunE: withDBArgs(func(ctx context.Context, db *client.DB, args []string) error {
+			n, err := deleteKey(ctx, db, []byte(args[0]))
+			if err != nil {
+				return err
+			}
+			if kvOutput == outputJSON {
+				return printJSON(map[string]int{"deleted": n})
+			}
+			fmt.Println(n)
+			return nil
+		})}
+
 	var limit int
-	get := &cobra.Command{Use: "get KEY", Args: cobra.ExactArgs(1), Short: "Print the value of KEY",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withDB(func(ctx context.Context, db *client.DB) error {
-				v, ok, err := db.Get(ctx, []byte(args[0]))
-				if err != nil {
-					return err
-				}
-				if !ok {
-					return fmt.Errorf("key %q not found", args[0])
-				}
-				fmt.Println(string(v))
-				return nil
-			})(cmd, args)
-		}}
-	put := &cobra.Command{Use: "put KEY VALUE", Args: cobra.ExactArgs(2), Short: "Write VALUE at KEY",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withDB(func(ctx context.Context, db *client.DB) error {
-				return db.Put(ctx, []byte(args[0]), []byte(args[1]))
-			})(cmd, args)
-		}}
-	del := &cobra.Command{Use: "del KEY", Args: cobra.ExactArgs(1), Short: "Delete KEY",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withDB(func(ctx context.Context, db *client.DB) error {
-				return db.Delete(ctx, []byte(args[0]))
-			})(cmd, args)
-		}}
-	scan := &cobra.Command{Use: "scan [START [END]]", Args: cobra.MaximumNArgs(2), Short: "Print keys in [START, END)",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withDB(func(ctx context.Context, db *client.DB) error {
-				var start, end []byte
+	var after string
+	scan := &cobra.Command{Use: "scan [START [END]]", Args: cobra.MaximumNArgs(2),
+		Short: "Print the keys in [START, END) with their values, in key order",
+		Long: fmt.Sprintf(`Print the keys in [START, END) with their values, in key order: all keys
+without START and END, from START to the end without END.
+
+It prints at most --limit keys (default %d). When more keys follow, it says so
+on standard error with the command that continues after the last key printed
+(--after KEY starts after KEY instead of at START); in json output, "more" is
+true and "after" holds that key. --limit 0 prints every key, read in pages of
+%d keys: each page is consistent, the whole is not a single snapshot.`, ScanLimitDefault, ScanPageKeys),
+		Example: `  canopy kv scan
+  canopy kv scan user/ user0 --limit 10
+  canopy kv scan --after user/0042 user0 --limit 10`,
+		RunE: withDBArgs(func(ctx context.Context, db *client.DB, args []string) error {
+			if limit < 0 {
+				return usageErrorf("--limit %d: want 0 (no limit) or more", limit)
+			}
+			var start, end []byte
+			if len(args) > 0 {
+				start = []byte(args[0])
+			}
+			if len(args) > 1 {
+				end = []byte(args[1])
+			}
+			if after != "" {
 				if len(args) > 0 {
-					start = []byte(args[0])
+					return usageErrorf("--after and START: give one of them")
 				}
-				if len(args) > 1 {
-					end = []byte(args[1])
-				}
-				kvs, err := db.Scan(ctx, start, end, limit)
-				if err != nil {
-					return err
-				}
-				for _, kv := range kvs {
-					fmt.Printf("%s\t%s\n", kv.Key, kv.Value)
-				}
-				return nil
-			})(cmd, args)
-		}}
-	scan.Flags().IntVar(&limit, "limit", 1000, "most keys to print")
+				start = append([]byte(after), 0)
+			}
+			kvs, more, err := scanKeys(ctx, db, start, end, limit)
+			if err != nil {
+				return err
+			}
+			return printScan(os.Stdout, os.Stderr, kvs, more, end, limit)
+		})}
+	scan.Flags().IntVar(&limit, "limit", ScanLimitDefault, "most keys to print (0: all, read in pages)")
+	scan.Flags().StringVar(&after, "after", "", "start after this key (to continue a scan that stopped at its --limit)")
 	kv.AddCommand(get, put, del, scan)
 	rootCmd.AddCommand(kv)
 
-	status := &cobra.Command{Use: "status", Short: "Show nodes, ranges and leaseholders",
-		RunE: withDB(func(ctx context.Context, db *client.DB) error {
-			info, err := db.ClusterInfo(ctx)
-			if err != nil {
-				return err
-			}
-			s := info.Settings
-			fmt.Printf("cluster %s: replication factor %d, status encoding %s\n\n", s.ClusterId, s.ReplicationFactor, s.StatusEncoding)
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NODE\tADDRESS\tSTATE\tRANGES\tLEASEHOLDER OF")
-			for _, nd := range info.Nodes {
-				st, err := db.NodeStatus(ctx, nd.Address)
-				if err != nil {
-					fmt.Fprintf(w, "n%d\t%s\tunreachable\t-\t-\n", nd.NodeId, nd.Address)
-					continue
-				}
-				leads := 0
-				for _, r := range st.Ranges {
-					if r.LeaderNodeId == st.NodeId {
-						leads++
-					}
-				}
-				fmt.Fprintf(w, "n%d\t%s\tlive\t%d\t%d\n", nd.NodeId, nd.Address, len(st.Ranges), leads)
-			}
-			w.Flush()
-			fmt.Println()
-			ranges, err := db.Ranges(ctx)
-			if err != nil {
-				return err
-			}
-			w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "RANGE\tSTART\tEND\tREPLICAS\tLEASEHOLDER")
-			for _, r := range ranges {
-				var reps []string
-				for _, rep := range r.Desc.Replicas {
-					reps = append(reps, fmt.Sprintf("n%d", rep.NodeId))
-				}
-				lh := "unknown"
-				if r.LeaseholderNodeID != 0 {
-					lh = fmt.Sprintf("n%d", r.LeaseholderNodeID)
-				}
-				fmt.Fprintf(w, "r%d\t%s\t%s\t%s\t%s\n", r.Desc.RangeId, prettyKey(r.Desc.StartKey), prettyKey(r.Desc.EndKey), strings.Join(reps, ","), lh)
-			}
-			return w.Flush()
-		})}
-	status.Flags().StringVar(&hosts, "host", "127.0.0.1:26257", "comma-separated node addresses")
-	rootCmd.AddCommand(status)
-
 	split := &cobra.Command{Use: "split KEY", Args: cobra.ExactArgs(1), Short: "Split the range containing KEY at KEY",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withDB(func(ctx context.Context, db *client.DB) error {
-				if err := db.Split(ctx, []byte(args[0])); err != nil {
-					return err
-				}
-				fmt.Printf("split at %q\n", args[0])
-				return nil
-			})(cmd, args)
-		}}
-	split.Flags().StringVar(&hosts, "host", "127.0.0.1:26257", "comma-separated node addresses")
+		RunE: withDBArgs(func(ctx context.Context, db *client.DB, args []string) error {
+			if err := db.Split(ctx, []byte(args[0])); err != nil {
+				return err
+			}
+			fmt.Printf("split at %s\n", formatBytes(outputTable, []byte(args[0])))
+			return nil
+		})}
+	addConnFlags(split)
 	adminCmd.AddCommand(split)
 }
 
-// prettyKey prints a logical key: user keys quoted, system keys by name.
-func prettyKey(k []byte) string {
-	switch {
-	case len(k) == 0:
-		return "/Min"
-	case bytes.Equal(k, keys.MaxKey):
-		return "/Max"
-	case keys.IsUser(k):
-		return fmt.Sprintf("%q", k[1:])
-	case bytes.HasPrefix(k, keys.StatusPrefix):
-		return fmt.Sprintf("/System/status/%x", k[len(keys.StatusPrefix):])
-	case bytes.HasPrefix(k, keys.HeartbeatPrefix):
-		return fmt.Sprintf("/System/heartbeat/%x", k[len(keys.HeartbeatPrefix):])
+// withDBArgs is withDB for a function that needs the arguments.
+func withDBArgs(f func(ctx context.Context, db *client.DB, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		return withDB(func(ctx context.Context, db *client.DB) error { return f(ctx, db, args) })(cmd, args)
 	}
-	return fmt.Sprintf("/System/%x", k)
+}
+
+// putValue returns the value of `kv put`: args[1], standard input for
+// "-", or the --value-file's contents. It refuses more than
+// keys.ValueBytesMax bytes before sending anything.
+func putValue(args []string, valueFile string, stdin io.Reader) ([]byte, error) {
+	var r io.Reader
+	switch {
+	case len(args) == 2 && valueFile != "":
+		return nil, usageErrorf("VALUE and --value-file: give one of them")
+	case len(args) == 1 && valueFile == "":
+		return nil, usageErrorf("no value: give VALUE, - (standard input) or --value-file FILE")
+	case valueFile != "":
+		f, err := os.Open(valueFile)
+		if err != nil {
+			return nil, fmt.Errorf("--value-file: %w", err)
+		}
+		defer f.Close()
+		r = f
+	case args[1] == "-":
+		r = stdin
+	default:
+		return []byte(args[1]), nil
+	}
+	v, err := io.ReadAll(io.LimitReader(r, keys.ValueBytesMax+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the value: %w", err)
+	}
+	if len(v) > keys.ValueBytesMax {
+		return nil, fmt.Errorf("%w: the value is over keys.ValueBytesMax (%d bytes)", client.ErrInvalidArgument, keys.ValueBytesMax)
+	}
+	return v, nil
+}
+
+// deleteKey deletes k in a transaction that first reads it, so that it
+// can say whether there was a key to delete (like etcdctl del).
+func deleteKey(ctx context.Context, db *client.DB, k []byte) (int, error) {
+	n := 0
+	err := db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+		_, ok, err := txn.Get(ctx, k)
+		if err != nil || !ok {
+			n = 0
+			return err
+		}
+		n = 1
+		return txn.Delete(ctx, k)
+	})
+	return n, err
+}
+
+// scanKeys returns up to limit keys of [start, end) (all of them for limit
+// 0, in pages of ScanPageKeys) and whether more follow.
+func scanKeys(ctx context.Context, db *client.DB, start, end []byte, limit int) ([]client.KeyValue, bool, error) {
+	if limit > 0 {
+		kvs, err := db.Scan(ctx, start, end, limit+1)
+		if err != nil {
+			return nil, false, err
+		}
+		if len(kvs) > limit {
+			return kvs[:limit], true, nil
+		}
+		return kvs, false, nil
+	}
+	var out []client.KeyValue
+	for {
+		kvs, err := db.Scan(ctx, start, end, ScanPageKeys)
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, kvs...)
+		if len(kvs) < ScanPageKeys {
+			return out, false, nil
+		}
+		start = append(append([]byte(nil), kvs[len(kvs)-1].Key...), 0)
+	}
+}
+
+// printScan prints a scan's keys in kvOutput's format to w and, when the
+// scan stopped at its limit, how to continue to hint.
+func printScan(w, hint io.Writer, kvs []client.KeyValue, more bool, end []byte, limit int) error {
+	var last []byte
+	if len(kvs) > 0 {
+		last = kvs[len(kvs)-1].Key
+	}
+	if kvOutput == outputJSON {
+		type kvJSON struct {
+			Key   string `json:"key"`
+			Value string `json:"value"`
+		}
+		out := struct {
+			KVs   []kvJSON `json:"kvs"`
+			Count int      `json:"count"`
+			More  bool     `json:"more"`
+			After string   `json:"after,omitempty"`
+		}{KVs: []kvJSON{}, Count: len(kvs), More: more}
+		for _, kv := range kvs {
+			out.KVs = append(out.KVs, kvJSON{b64(kv.Key), b64(kv.Value)})
+		}
+		if more {
+			out.After = b64(last)
+		}
+		return printJSONTo(w, out)
+	}
+	for _, kv := range kvs {
+		fmt.Fprintf(w, "%s\t%s\n", formatBytes(kvOutput, kv.Key), formatBytes(kvOutput, kv.Value))
+	}
+	if more {
+		cont := "canopy kv scan --after " + shellQuote(last)
+		if end != nil {
+			cont += " " + shellQuote(end)
+		}
+		fmt.Fprintf(hint, "stopped at --limit %d: more keys follow; continue with:\n  %s --limit %d\n", limit, cont, limit)
+	}
+	return nil
+}
+
+func printJSON(v any) error { return printJSONTo(os.Stdout, v) }
+
+func printJSONTo(w io.Writer, v any) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(v)
 }

@@ -49,7 +49,7 @@ func init() {
 			return nil
 		}),
 	}
-	cmd.Flags().StringVar(&hosts, "host", "127.0.0.1:26257", "comma-separated node addresses")
+	addConnFlags(cmd)
 	cmd.Flags().StringVar(&pipelining, "pipelining", "", "transactional pipelining: on, off or default")
 	cmd.Flags().StringVar(&parallel, "parallel-commits", "", "parallel commits (needs pipelining): on, off or default")
 	cmd.Flags().StringVar(&onePC, "one-pc", "", "one-phase commit: on, off or default")
@@ -65,5 +65,5 @@ func parseToggle(flag, v string) (client.Toggle, error) {
 	case "default":
 		return client.ToggleDefault, nil
 	}
-	return 0, fmt.Errorf("%s=%q: want on, off or default", flag, v)
+	return 0, usageErrorf("%s=%q: want on, off or default", flag, v)
 }

@@ -3,20 +3,22 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"syscall"
 	"time"
 
+	"github.com/canopy-db/canopy/client"
 	"github.com/canopy-db/canopy/internal/kvserver"
 	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/storage"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 func init() {
@@ -30,7 +32,6 @@ func init() {
 		Example: `  canopy start --store /tmp/n1 --listen 127.0.0.1:26257 \
       --join 127.0.0.1:26257,127.0.0.1:26258,127.0.0.1:26259`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			peers := splitHosts(join)
 			m, err := storage.ParseMode(mode)
 			if err != nil {
@@ -119,33 +120,45 @@ func init() {
 }
 
 func init() {
-	var host, encoding string
+	var encoding string
 	var ranges, rf int
 	var pq, np uint64
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Bootstrap a new cluster from the nodes named in --join of the node at --host",
+		Long: `Bootstrap a new cluster from the nodes named in --join of the node at --host
+(the first address of --host). It waits up to --dial-timeout for that node to
+answer, and the node waits, within --timeout, for the others. Run it once: on a
+cluster already initialized it fails with exit status 2.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := conn.check(); err != nil {
+				return err
+			}
+			host := conn.firstHost()
 			if err := checkInitFlags(host, ranges, rf, encoding); err != nil {
-				return err
+				return usageErrorf("%v", err)
 			}
-			conn, err := grpc.NewClient(host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			cc, err := grpc.NewClient(host, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
+				return usageErrorf("--host %q: %v", host, err)
+			}
+			defer cc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), conn.timeout)
+			defer cancel()
+			if err := waitForNode(ctx, cc, host); err != nil {
 				return err
 			}
-			defer conn.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			resp, err := rpcpb.NewKVClient(conn).Bootstrap(ctx, &rpcpb.BootstrapRequest{
+			resp, err := rpcpb.NewKVClient(cc).Bootstrap(ctx, &rpcpb.BootstrapRequest{
 				InitialRanges: uint32(ranges),
 				Settings: &rpcpb.ClusterSettings{StatusEncoding: encoding, ReplicationFactor: uint32(rf),
 					TicketsPartitioningQuantum: pq, TicketsRowsPerQuantum: np},
 			})
 			if err != nil {
-				return fmt.Errorf("contacting %s: %w", host, err)
+				return fmt.Errorf("%w: contacting %s: %v", client.ErrUnavailable, host, err)
 			}
 			if resp.Error != nil {
-				return fmt.Errorf("%s: %s", resp.Error.Code, resp.Error.Message)
+				return initError(resp.Error)
 			}
 			s := resp.Settings
 			fmt.Printf("cluster %s initialized: replication factor %d, status encoding %s (PQ %d, NP %d), %d user ranges\n",
@@ -153,11 +166,34 @@ func init() {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&host, "host", "127.0.0.1:26257", "address of a started node")
+	addConnFlags(cmd)
 	cmd.Flags().IntVar(&ranges, "initial-ranges", 1, fmt.Sprintf("pre-split the user keyspace into this many ranges (at most %d)", kvserver.InitialRangesMax))
 	cmd.Flags().IntVar(&rf, "replication-factor", 3, "replicas per range (capped at the number of nodes)")
 	cmd.Flags().StringVar(&encoding, "status-encoding", "tickets", "transaction status table encoding: tickets or v1")
 	cmd.Flags().Uint64Var(&pq, "tickets-partitioning-quantum", kvserver.DefaultPartitioningQuantum, "tickets encoding: timestamps per partition (PQ)")
 	cmd.Flags().Uint64Var(&np, "tickets-rows-per-quantum", kvserver.DefaultRowsPerQuantum, "tickets encoding: rows per partition (NP); must divide PQ")
 	rootCmd.AddCommand(cmd)
+}
+
+// waitForNode waits, up to --dial-timeout within ctx, until the node at
+// host answers (init is often run right after the nodes are started).
+func waitForNode(ctx context.Context, cc *grpc.ClientConn, host string) error {
+	dctx, cancel := context.WithTimeout(ctx, conn.dialTimeout)
+	defer cancel()
+	_, err := rpcpb.NewKVClient(cc).ClusterInfo(dctx, &rpcpb.ClusterInfoRequest{}, grpc.WaitForReady(true))
+	if err == nil || status.Code(err) != codes.DeadlineExceeded && status.Code(err) != codes.Unavailable {
+		return nil // it answered (an uninitialized node answers with an error)
+	}
+	return fmt.Errorf("%w: node %s did not answer within --dial-timeout %v", client.ErrUnavailable, host, conn.dialTimeout)
+}
+
+// initError types a Bootstrap refusal for the exit status.
+func initError(e *rpcpb.Error) error {
+	switch e.Code {
+	case rpcpb.ErrorCode_INVALID_ARGUMENT:
+		return fmt.Errorf("%w: %s", client.ErrInvalidArgument, e.Message)
+	case rpcpb.ErrorCode_UNAVAILABLE:
+		return fmt.Errorf("%w: %s", client.ErrUnavailable, e.Message)
+	}
+	return fmt.Errorf("%s: %s", e.Code, e.Message)
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/canopy-db/canopy/client"
 	"github.com/spf13/cobra"
@@ -18,8 +20,71 @@ type txnOp struct {
 	limit      int
 }
 
+// TxnScanLimitDefault is the LIMIT of a txn scan that gives none.
+const TxnScanLimitDefault = 1000
+
+const txnGrammar = `Each OPERATION is one command-line argument (quote it for the shell), a verb
+and its operands, separated by spaces:
+
+  get KEY                    print KEY and its value, or (not found)
+  put KEY VALUE              write VALUE at KEY
+  del KEY                    delete KEY
+  scan START [END [LIMIT]]   print the keys in [START, END), at most LIMIT
+                             (default 1000); END '' means to the end
+
+An operand with spaces, quotes or nothing in it is quoted inside the
+operation: 'single quotes' take everything literally up to the next ';
+"double quotes" read Go escapes (\n, \t, \", \\, \xHH); '' or "" is the
+empty string. The verb is case-insensitive.
+
+All operations run in one transaction: its reads see one snapshot and its
+writes commit together or not at all. It is retried from the start after a
+conflict; the output is that of the attempt that committed. Exit status 6 if
+it gave up after its attempts, 5 if its commit's outcome is unknown.`
+
+// splitOperands splits an operation into its words, honouring quotes.
+func splitOperands(s string) ([]string, error) {
+	var out []string
+	i := 0
+	for {
+		for i < len(s) && unicode.IsSpace(rune(s[i])) {
+			i++
+		}
+		if i == len(s) {
+			return out, nil
+		}
+		var w strings.Builder
+		for i < len(s) && !unicode.IsSpace(rune(s[i])) {
+			switch c := s[i]; c {
+			case '\'':
+				j := strings.IndexByte(s[i+1:], '\'')
+				if j < 0 {
+					return nil, fmt.Errorf("unterminated ' in %q", s)
+				}
+				w.WriteString(s[i+1 : i+1+j])
+				i += j + 2
+			case '"':
+				q, err := strconv.QuotedPrefix(s[i:])
+				if err != nil {
+					return nil, fmt.Errorf("bad \"...\" string at %q: want a closing \" and Go escapes (\\n, \\\", \\\\, \\xHH)", s[i:])
+				}
+				u, _ := strconv.Unquote(q)
+				w.WriteString(u)
+				i += len(q)
+			default:
+				w.WriteByte(c)
+				i++
+			}
+		}
+		out = append(out, w.String())
+	}
+}
+
 func parseTxnOp(s string) (txnOp, error) {
-	f := strings.Fields(s)
+	f, err := splitOperands(s)
+	if err != nil {
+		return txnOp{}, err
+	}
 	if len(f) == 0 {
 		return txnOp{}, fmt.Errorf("empty operation")
 	}
@@ -34,7 +99,7 @@ func parseTxnOp(s string) (txnOp, error) {
 		if len(f) > 2 {
 			op.end = f[2]
 		}
-		op.limit = 1000
+		op.limit = TxnScanLimitDefault
 		if len(f) > 3 {
 			n, err := strconv.Atoi(f[3])
 			if err != nil || n <= 0 {
@@ -43,25 +108,31 @@ func parseTxnOp(s string) (txnOp, error) {
 			op.limit = n
 		}
 	default:
-		return txnOp{}, fmt.Errorf("operation %q: want one of: get KEY | put KEY VALUE | del KEY | scan START [END [LIMIT]]", s)
+		return txnOp{}, fmt.Errorf("operation %q: want one of: get KEY | put KEY VALUE | del KEY | scan START [END [LIMIT]] (see canopy txn --help)", s)
 	}
 	return op, nil
 }
 
 func init() {
 	var snapshot bool
+	var output string
 	cmd := &cobra.Command{
 		Use:   "txn OPERATION...",
 		Short: "Run operations in one transaction (serializable unless --snapshot-isolation)",
+		Long:  "Run operations in one transaction (serializable unless --snapshot-isolation).\n\n" + txnGrammar,
 		Example: `  canopy txn "get alice" "put alice 90" "put bob 110"
-  canopy txn "scan a z 10"`,
+  canopy txn "put 'my key' 'a value with spaces'" "put empty ''"
+  canopy txn "put line \"a\\nb\"" "scan a z 10"`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
 			var ops []txnOp
 			for _, a := range args {
 				op, err := parseTxnOp(a)
 				if err != nil {
-					return fmt.Errorf("%w: %v", client.ErrInvalidArgument, err)
+					return usageErrorf("%v", err)
 				}
 				ops = append(ops, op)
 			}
@@ -70,7 +141,7 @@ func init() {
 				opts = append(opts, client.WithIsolation(client.SnapshotIsolation))
 			}
 			return withDB(func(ctx context.Context, db *client.DB) error {
-				var out []string
+				var out []txnResult
 				err := db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
 					out = out[:0] // the closure may run again after a conflict
 					for _, op := range ops {
@@ -80,11 +151,7 @@ func init() {
 							if err != nil {
 								return err
 							}
-							if ok {
-								out = append(out, fmt.Sprintf("%s\t%s", op.key, v))
-							} else {
-								out = append(out, fmt.Sprintf("%s\t(not found)", op.key))
-							}
+							out = append(out, txnResult{Op: "get", Key: []byte(op.key), Value: v, Found: ok})
 						case "put":
 							if err := txn.Put(ctx, []byte(op.key), []byte(op.value)); err != nil {
 								return err
@@ -103,7 +170,7 @@ func init() {
 								return err
 							}
 							for _, kv := range kvs {
-								out = append(out, fmt.Sprintf("%s\t%s", kv.Key, kv.Value))
+								out = append(out, txnResult{Op: "scan", Key: kv.Key, Value: kv.Value, Found: true})
 							}
 						}
 					}
@@ -112,15 +179,54 @@ func init() {
 				if err != nil {
 					return err
 				}
-				for _, l := range out {
-					fmt.Println(l)
-				}
-				fmt.Printf("committed (%d operations)\n", len(ops))
-				return nil
+				return printTxn(output, out, len(ops))
 			})(cmd, args)
 		},
 	}
-	cmd.Flags().StringVar(&hosts, "host", "127.0.0.1:26257", "comma-separated node addresses")
+	addConnFlags(cmd)
+	addOutputFlag(cmd, &output)
 	cmd.Flags().BoolVar(&snapshot, "snapshot-isolation", false, "run under snapshot isolation instead of serializable")
 	rootCmd.AddCommand(cmd)
+}
+
+// txnResult is one line of txn's output: a get's answer or a key a scan
+// returned.
+type txnResult struct {
+	Op    string
+	Key   []byte
+	Value []byte
+	Found bool
+}
+
+func printTxn(output string, res []txnResult, ops int) error {
+	if output == outputJSON {
+		type resJSON struct {
+			Op    string `json:"op"`
+			Key   string `json:"key"`
+			Value string `json:"value,omitempty"`
+			Found bool   `json:"found"`
+		}
+		out := struct {
+			Results    []resJSON `json:"results"`
+			Committed  bool      `json:"committed"`
+			Operations int       `json:"operations"`
+		}{Results: []resJSON{}, Committed: true, Operations: ops}
+		for _, r := range res {
+			rj := resJSON{Op: r.Op, Key: b64(r.Key), Found: r.Found}
+			if r.Found {
+				rj.Value = b64(r.Value)
+			}
+			out.Results = append(out.Results, rj)
+		}
+		return printJSON(out)
+	}
+	for _, r := range res {
+		v := "(not found)"
+		if r.Found {
+			v = formatBytes(output, r.Value)
+		}
+		fmt.Fprintf(os.Stdout, "%s\t%s\n", formatBytes(output, r.Key), v)
+	}
+	fmt.Printf("committed (%d operations)\n", ops)
+	return nil
 }

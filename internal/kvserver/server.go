@@ -3,6 +3,7 @@ package kvserver
 import (
 	"context"
 	"errors"
+	"github.com/canopy-db/canopy/internal/buildinfo"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -364,7 +365,8 @@ func (s *kvService) ClusterInfo(ctx context.Context, _ *rpcpb.ClusterInfoRequest
 // NodeStatus implements rpcpb.KVServer.
 func (s *kvService) NodeStatus(ctx context.Context, _ *rpcpb.NodeStatusRequest) (*rpcpb.NodeStatusResponse, error) {
 	n := s.n
-	resp := &rpcpb.NodeStatusResponse{NodeId: n.NodeID(), Address: n.Addr(), Bootstrapped: n.bootstrapped()}
+	resp := &rpcpb.NodeStatusResponse{NodeId: n.NodeID(), Address: n.Addr(), Bootstrapped: n.bootstrapped(),
+		Version: buildinfo.Get().String(), StoreBytes: n.eng.DiskBytes()}
 	for _, rr := range n.replicaList() {
 		st := rr.r.Status()
 		resp.Ranges = append(resp.Ranges, &rpcpb.RangeStatus{

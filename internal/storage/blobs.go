@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -155,6 +156,46 @@ func (s *blobSet) path(num uint64) string { return filepath.Join(s.dir, vlog.Fil
 //     committed), so it is scanned: its valid length is fixed where the
 //     records stop parsing, its discard count is recomputed exactly from
 //     the LSM, and it is sealed.
+//
+// openBlobSetReadOnly opens the blob files the manifest lists as live,
+// read-only, and changes nothing on disk (Options.ReadOnly): an active
+// file's unsynced tail is not truncated, obsolete files are not removed.
+// Pointers into the synced part of every listed file read as usual.
+func openBlobSetReadOnly(e *Engine) (*blobSet, error) {
+	s := &blobSet{e: e, fs: e.opts.FS, dir: filepath.Join(e.dir, "blob"), realFS: e.opts.FS == vfs.Default}
+	s.mu.files = map[uint64]*blobFile{}
+	s.mu.nextNum = 1
+	s.pending = map[uint64]int{}
+	s.retiring = map[uint64]*vlog.Writer{}
+	names, err := s.fs.List(s.dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("storage: list blob dir: %w", err)
+	}
+	onDisk := map[uint64]bool{}
+	for _, n := range names {
+		if num, ok := vlog.ParseFileName(n); ok {
+			onDisk[num] = true
+		}
+	}
+	metas, discards, err := s.loadManifest()
+	if err != nil {
+		return nil, err
+	}
+	for num, m := range metas {
+		if !onDisk[num] || m.State == vlog.FileObsolete {
+			continue
+		}
+		f, err := s.fs.Open(s.path(num))
+		if err != nil {
+			_ = s.close()
+			return nil, fmt.Errorf("storage: open blob file: %w", err)
+		}
+		s.mu.files[num] = &blobFile{num: num, f: f, meta: m, discard: discards[num]}
+		s.hasFiles.Store(true)
+	}
+	return s, nil
+}
+
 func openBlobSet(e *Engine) (*blobSet, error) {
 	s := &blobSet{e: e, fs: e.opts.FS, dir: filepath.Join(e.dir, "blob"), realFS: e.opts.FS == vfs.Default}
 	s.mu.files = map[uint64]*blobFile{}

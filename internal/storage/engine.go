@@ -68,6 +68,9 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.ReadOnly {
+		opts.FS = readOnlyFS{opts.FS}
+	}
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()
 	corrupt := &corruptionRecorder{}
@@ -80,6 +83,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		// Corruption found by a read fails that read; it does not kill
 		// the process (events.go).
 		EventListener: &pebble.EventListener{DataCorruption: corrupt.record},
+		ReadOnly:      opts.ReadOnly,
 	}
 	if opts.Mode == ModePebble {
 		popts.FormatMajorVersion = pebble.FormatNewest
@@ -106,7 +110,11 @@ func Open(dir string, opts Options) (*Engine, error) {
 	}
 	e := &Engine{db: db, opts: opts, dir: dir, corrupt: corrupt}
 	e.readers.init()
-	if e.blobs, err = openBlobSet(e); err != nil {
+	open := openBlobSet
+	if opts.ReadOnly {
+		open = openBlobSetReadOnly
+	}
+	if e.blobs, err = open(e); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -115,7 +123,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	if opts.Mode.separates() && !opts.GC.Disabled {
+	if opts.Mode.separates() && !opts.GC.Disabled && !opts.ReadOnly {
 		e.gc.start(e)
 	}
 	return e, nil
@@ -408,4 +416,11 @@ func getCopy(v []byte, closer io.Closer, err error) ([]byte, error) {
 	out := append([]byte(nil), v...)
 	_ = closer.Close()
 	return out, nil
+}
+
+// DiskBytes is the store's size on disk: Pebble's files (tables, WAL,
+// manifests) and the value log's allocated bytes, as the
+// canopy_storage_disk_usage_bytes metric reports it.
+func (e *Engine) DiskBytes() uint64 {
+	return e.db.Metrics().DiskSpaceUsage() + uint64(max(0, e.BlobStats().AllocatedBytes))
 }

@@ -102,6 +102,13 @@ type Options struct {
 	// space left on device"). It must not return; the command uses it to
 	// print one error line and exit. nil: panic with the message.
 	Fatal func(msg string)
+	// ReadOnly opens the store for reading only: Pebble in read-only mode
+	// (no flush, compaction or WAL recycling; the WAL is replayed in
+	// memory), blob files opened read-only and left as they are (no
+	// recovery of an active file, no removal of obsolete ones), no GC, and
+	// every write refused. Every file of the store is left as it was; for
+	// inspecting a stopped node's store (canopy debug store).
+	ReadOnly bool
 	// Metrics, if not nil, is where the engine registers its Prometheus
 	// collector (Pebble's metrics and the value log's counters, read at
 	// scrape time; metrics.go) from Open until Close.

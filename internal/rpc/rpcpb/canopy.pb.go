@@ -3479,11 +3479,15 @@ func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type NodeStatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	Ranges        []*RangeStatus         `protobuf:"bytes,3,rep,name=ranges,proto3" json:"ranges,omitempty"`
-	Bootstrapped  bool                   `protobuf:"varint,4,opt,name=bootstrapped,proto3" json:"bootstrapped,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	NodeId       uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Address      string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Ranges       []*RangeStatus         `protobuf:"bytes,3,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	Bootstrapped bool                   `protobuf:"varint,4,opt,name=bootstrapped,proto3" json:"bootstrapped,omitempty"`
+	// version is the node binary's build (buildinfo.Info.String()).
+	Version string `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
+	// store_bytes is the store's size on disk: Pebble's files and blob files.
+	StoreBytes    uint64 `protobuf:"varint,6,opt,name=store_bytes,json=storeBytes,proto3" json:"store_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3544,6 +3548,20 @@ func (x *NodeStatusResponse) GetBootstrapped() bool {
 		return x.Bootstrapped
 	}
 	return false
+}
+
+func (x *NodeStatusResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *NodeStatusResponse) GetStoreBytes() uint64 {
+	if x != nil {
+		return x.StoreBytes
+	}
+	return 0
 }
 
 // Node-internal messages: Raft traffic and bootstrap of peers.
@@ -4805,12 +4823,15 @@ const file_canopy_proto_rawDesc = "" +
 	"\traft_term\x18\x03 \x01(\x04R\braftTerm\x120\n" +
 	"\x14raft_committed_index\x18\x04 \x01(\x04R\x12raftCommittedIndex\x12,\n" +
 	"\x12raft_applied_index\x18\x05 \x01(\x04R\x10raftAppliedIndex\"\x13\n" +
-	"\x11NodeStatusRequest\"\x98\x01\n" +
+	"\x11NodeStatusRequest\"\xd3\x01\n" +
 	"\x12NodeStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12+\n" +
 	"\x06ranges\x18\x03 \x03(\v2\x13.canopy.RangeStatusR\x06ranges\x12\"\n" +
-	"\fbootstrapped\x18\x04 \x01(\bR\fbootstrapped\"\x9c\x01\n" +
+	"\fbootstrapped\x18\x04 \x01(\bR\fbootstrapped\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\tR\aversion\x12\x1f\n" +
+	"\vstore_bytes\x18\x06 \x01(\x04R\n" +
+	"storeBytes\"\x9c\x01\n" +
 	"\vRaftMessage\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\x04R\arangeId\x12 \n" +
 	"\ffrom_node_id\x18\x02 \x01(\x04R\n" +
