@@ -106,8 +106,10 @@ without START and END, from START to the end without END.
 It prints at most --limit keys (default %d). When more keys follow, it says so
 on standard error with the command that continues after the last key printed
 (--after KEY starts after KEY instead of at START); in json output, "more" is
-true and "after" holds that key. --limit 0 prints every key, read in pages of
-%d keys: each page is consistent, the whole is not a single snapshot.`, ScanLimitDefault, ScanPageKeys),
+true and "after" holds that key. --limit 0 prints every key.
+
+Keys are read in pages of %d: each page is read at one timestamp, a scan of
+more keys is not a single snapshot (use canopy txn "scan ..." for one).`, ScanLimitDefault, ScanPageKeys),
 		Example: `  canopy kv scan
   canopy kv scan user/ user0 --limit 10
   canopy kv scan --after user/0042 user0 --limit 10`,
@@ -207,26 +209,24 @@ func deleteKey(ctx context.Context, db *client.DB, k []byte) (int, error) {
 }
 
 // scanKeys returns up to limit keys of [start, end) (all of them for limit
-// 0, in pages of ScanPageKeys) and whether more follow.
+// 0) and whether more follow. It reads in pages of at most ScanPageKeys
+// keys, and one key past the limit to know whether more follow.
 func scanKeys(ctx context.Context, db *client.DB, start, end []byte, limit int) ([]client.KeyValue, bool, error) {
-	if limit > 0 {
-		kvs, err := db.Scan(ctx, start, end, limit+1)
-		if err != nil {
-			return nil, false, err
-		}
-		if len(kvs) > limit {
-			return kvs[:limit], true, nil
-		}
-		return kvs, false, nil
-	}
 	var out []client.KeyValue
 	for {
-		kvs, err := db.Scan(ctx, start, end, ScanPageKeys)
+		n := ScanPageKeys
+		if limit > 0 {
+			n = min(n, limit-len(out)+1)
+		}
+		kvs, err := db.Scan(ctx, start, end, n)
 		if err != nil {
 			return nil, false, err
 		}
 		out = append(out, kvs...)
-		if len(kvs) < ScanPageKeys {
+		if limit > 0 && len(out) > limit {
+			return out[:limit], true, nil
+		}
+		if len(kvs) < n {
 			return out, false, nil
 		}
 		start = append(append([]byte(nil), kvs[len(kvs)-1].Key...), 0)
