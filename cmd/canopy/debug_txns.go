@@ -55,7 +55,7 @@ timestamp), or a duration before now ("-10m", "-1h30m").`,
 			})(cmd, args)
 		},
 	}
-	txns.Flags().StringVar(&hosts, "host", "127.0.0.1:26257", "comma-separated node addresses")
+	addConnFlags(txns) // conn.go
 	txns.Flags().StringVar(&from, "from", "-10m", "first start timestamp of the interval (a timestamp, now, or -DURATION)")
 	txns.Flags().StringVar(&to, "to", "now", "end of the interval, exclusive (a timestamp, now, or -DURATION)")
 	txns.Flags().IntVar(&limit, "limit", 1000, fmt.Sprintf("most transactions to print, the earliest by start timestamp (0: counts only; at most %d)", DebugTxnsLimitMax))
