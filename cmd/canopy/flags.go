@@ -22,7 +22,10 @@ const (
 	// ReplicationFactorMax bounds --replication-factor.
 	ReplicationFactorMax = 9
 	// DNSLookupTimeout bounds the check that --join's hosts resolve.
-	DNSLookupTimeout = 5 * time.Second
+	DNSLookupTimeout = 10 * time.Second
+	// DNSRetryInterval is the pause between lookups of a --join host that
+	// does not resolve yet.
+	DNSRetryInterval = 250 * time.Millisecond
 )
 
 // checkRange refuses v outside [lo, hi], naming the flag.
@@ -46,11 +49,22 @@ func checkHostPort(flag, addr string, zeroOK, resolve bool) error {
 		return fmt.Errorf("--%s %q: port %q is not in [1, 65535]", flag, addr, port)
 	}
 	if resolve && host != "" && net.ParseIP(host) == nil {
+		// Retried until DNSLookupTimeout: in a container network (Docker,
+		// Kubernetes) a peer's name resolves only once its container is
+		// up, which may be a moment after this node's.
 		r := &net.Resolver{}
 		ctx, cancel := context.WithTimeout(context.Background(), DNSLookupTimeout)
 		defer cancel()
-		if _, err := r.LookupHost(ctx, host); err != nil {
-			return fmt.Errorf("--%s %q: host %q does not resolve: %v", flag, addr, host, err)
+		for {
+			_, err := r.LookupHost(ctx, host)
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("--%s %q: host %q does not resolve (for %v): %v", flag, addr, host, DNSLookupTimeout, err)
+			case <-time.After(DNSRetryInterval):
+			}
 		}
 	}
 	return nil

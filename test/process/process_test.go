@@ -70,6 +70,9 @@ func TestMain(m *testing.M) {
 		binPath = filepath.Join(dir, "canopy")
 		cmd := exec.Command(goBin, "build", "-o", binPath, "./cmd/canopy")
 		cmd.Dir = root
+		// The static binary, as shipped in the container image: the same
+		// build as test/docker's, so that a cold CI cache compiles it once.
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/canopy: %v\n%s", err, out)
 		}
