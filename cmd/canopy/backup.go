@@ -58,7 +58,7 @@ docs/OPERATIONS.md.`,
 			})
 		},
 	}
-	bk.Flags().StringVar(&hosts, "host", "127.0.0.1:26257", "comma-separated node addresses")
+	addConnFlags(bk) // conn.go
 	bk.Flags().StringVar(&at, "at", "now", "timestamp to back up at (a timestamp, now, or -DURATION)")
 	rootCmd.AddCommand(bk)
 
@@ -83,15 +83,25 @@ backup is refused before anything is written. See docs/OPERATIONS.md.`,
 			})
 		},
 	}
-	rs.Flags().StringVar(&hosts, "host", "127.0.0.1:26257", "comma-separated node addresses")
+	addConnFlags(rs)
 	rootCmd.AddCommand(rs)
 }
 
-// withLongDB runs f with a client, for commands that may run long: no
-// deadline, but SIGINT and SIGTERM cancel it.
+// withLongDB runs f with a client, for commands that may run long: the
+// default --timeout (DefaultTimeout, meant for one request) does not apply,
+// only a --timeout given on the command line or in CANOPY_TIMEOUT; SIGINT
+// and SIGTERM cancel it.
 func withLongDB(cmd *cobra.Command, f func(ctx context.Context, db *client.DB) error) error {
+	if err := conn.check(); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cmd.Flags().Changed("timeout") || os.Getenv(connEnv["timeout"]) != "" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, conn.timeout)
+		defer cancel()
+	}
 	db, err := openDB(ctx)
 	if err != nil {
 		return err
