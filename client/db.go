@@ -25,7 +25,9 @@ type DB struct {
 	resolver *intentResolver
 	// statuses caches decided transactions' statuses.
 	statuses *statusCache
-	stats    stats
+	// statusWrites coalesces put-unless-exists cells per range.
+	statusWrites *statusWrites
+	stats        stats
 	// switches is the cluster's transaction switches (settings.go).
 	switches clusterSwitches
 
@@ -75,6 +77,7 @@ func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) 
 	}
 	db.resolver = newIntentResolver(db)
 	db.statuses = newStatusCache(db.opts.StatusCacheEntriesMax)
+	db.statusWrites = newStatusWrites(db)
 	// The switches only tune: a cluster that cannot be read now is read
 	// again at the next refresh.
 	// Bounded: with range 1 unavailable, Open must not wait out every

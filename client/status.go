@@ -72,14 +72,11 @@ func (db *DB) plainPut(ctx context.Context, k, v []byte, del bool) error {
 // status key's committed value is only ever written by its own
 // transaction, and two writers of "aborted" agree.
 func (db *DB) putUnlessExists(ctx context.Context, k, v []byte) (bool, []byte, error) {
-	resp, err := db.sender.sendOne(ctx, true, &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainPutUnlessExists{
-		PlainPutUnlessExists: &rpcpb.PlainPutUnlessExistsRequest{Key: k, Value: v}}})
+	// Coalesced with this client's other put-unless-exists cells on the
+	// same range (status_writes.go).
+	p, err := db.statusWrites.put(ctx, k, v)
 	if err != nil {
 		return false, nil, err
-	}
-	p := resp.GetPlainPutUnlessExists()
-	if p == nil {
-		return false, nil, fmt.Errorf("%w: put-unless-exists answered with %T", ErrInternal, resp.GetValue())
 	}
 	if p.GetSucceeded() || bytes.Equal(p.GetExisting(), v) {
 		return true, nil, nil
