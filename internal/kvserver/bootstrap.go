@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"github.com/canopy-db/canopy/internal/eval"
 
 	"github.com/canopy-db/canopy/internal/keys"
@@ -147,6 +148,8 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 			return nil, resp.Error
 		}
 	}
+	n.log.Info("cluster initialized", "cluster", settings.ClusterId, "nodes", len(nodes), "ranges", len(ranges),
+		"replication_factor", settings.ReplicationFactor, "status_encoding", settings.StatusEncoding)
 	return settings, nil
 }
 
@@ -209,5 +212,7 @@ func (n *Node) join(req *rpcpb.JoinRequest) *rpcpb.Error {
 			rr.r.Campaign()
 		}
 	}
+	n.log.Info("joined the cluster", "cluster", req.Settings.GetClusterId(), "node", fmt.Sprintf("n%d", req.NodeId),
+		"nodes", len(req.Nodes), "replicas", len(mine))
 	return nil
 }

@@ -3,6 +3,7 @@ package kvserver
 import (
 	"bytes"
 	"context"
+	"fmt"
 
 	"github.com/canopy-db/canopy/internal/concurrency"
 	"github.com/canopy-db/canopy/internal/keys"
@@ -87,6 +88,8 @@ func (n *Node) splitLocal(ctx context.Context, rr *rangeReplica, key []byte) *rp
 		if err := n.ensureMeta(ctx, r.right); err != nil {
 			n.log.Warn("meta update after split", "range", r.right.RangeId, "err", err)
 		}
+		at, _ := keys.StripUser(r.right.StartKey)
+		n.log.Info("split a range", "node", fmt.Sprintf("n%d", n.NodeID()), "range", r.left.RangeId, "new_range", r.right.RangeId, "at", fmt.Sprintf("%q", at))
 		return &rpcpb.SplitResponse{Left: r.left, Right: r.right}
 	}
 	return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "unexpected split result %T", res))

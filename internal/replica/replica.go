@@ -425,7 +425,7 @@ func New(cfg Config) (*Replica, error) {
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
 		DisableProposalForwarding: true,
-		Logger:                    raftLogger{cfg.Logger.With("range", cfg.RangeID)},
+		Logger:                    raftLogger{cfg.Logger.With("component", "raft", "node", fmt.Sprintf("n%d", cfg.NodeID), "range", cfg.RangeID)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("replica r%d: %w", cfg.RangeID, err)
@@ -772,9 +772,33 @@ func (r *Replica) publishStatus() {
 		st.LeaseExpiry = r.lease.expiry
 	}
 	old := r.status.Swap(st)
+	if old != nil {
+		r.logLeadership(old, st)
+	}
 	if old == nil || old.IsLeader != st.IsLeader || old.Leaseholder != st.Leaseholder || old.Term != st.Term {
 		ch := make(chan struct{})
 		close(*r.statusCh.Swap(&ch))
+	}
+}
+
+// logLeadership writes a line when this replica becomes its range's
+// leader, takes the lease (it applied an entry of its term), or steps
+// down. Only the replica concerned writes it, so that a change is one line
+// in one node's log.
+func (r *Replica) logLeadership(old, st *Status) {
+	l := r.cfg.Logger.With("node", fmt.Sprintf("n%d", r.cfg.NodeID))
+	switch {
+	case st.IsLeader && !old.IsLeader:
+		l.Info("became the range's leader", "range", r.cfg.RangeID, "term", st.Term)
+	case old.IsLeader && !st.IsLeader:
+		lead := "unknown"
+		if st.Leader != 0 {
+			lead = fmt.Sprintf("n%d", st.Leader)
+		}
+		l.Info("stepped down as the range's leader", "range", r.cfg.RangeID, "term", st.Term, "leader", lead)
+	}
+	if st.Leaseholder && (!old.Leaseholder || old.Term != st.Term) {
+		l.Info("took the range's lease", "range", r.cfg.RangeID, "term", st.Term)
 	}
 }
 
@@ -1188,13 +1212,24 @@ func (r *Replica) failAll(err error) {
 	}
 }
 
-// raftLogger adapts slog to raft.Logger, keeping Raft's chatter at debug.
+// raftLogger adapts slog to raft.Logger: Raft's info lines (elections,
+// votes, configuration changes) at debug, its warnings and errors as
+// such. Each line names the node and the range (Raft's own text names
+// replicas by Raft ID alone, which is the node ID).
 type raftLogger struct{ l *slog.Logger }
 
-func (l raftLogger) Debug(v ...interface{})                   {}
-func (l raftLogger) Debugf(format string, v ...interface{})   {}
-func (l raftLogger) Info(v ...interface{})                    {}
-func (l raftLogger) Infof(format string, v ...interface{})    {}
+func (l raftLogger) Debug(v ...interface{})                 {}
+func (l raftLogger) Debugf(format string, v ...interface{}) {}
+func (l raftLogger) Info(v ...interface{}) {
+	if l.l.Enabled(context.Background(), slog.LevelDebug) {
+		l.l.Debug(fmt.Sprint(v...))
+	}
+}
+func (l raftLogger) Infof(format string, v ...interface{}) {
+	if l.l.Enabled(context.Background(), slog.LevelDebug) {
+		l.l.Debug(fmt.Sprintf(format, v...))
+	}
+}
 func (l raftLogger) Warning(v ...interface{})                 { l.l.Warn(fmt.Sprint(v...)) }
 func (l raftLogger) Warningf(format string, v ...interface{}) { l.l.Warn(fmt.Sprintf(format, v...)) }
 func (l raftLogger) Error(v ...interface{})                   { l.l.Error(fmt.Sprint(v...)) }
