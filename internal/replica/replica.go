@@ -1056,6 +1056,9 @@ func (r *Replica) applyEntries(ents []raftpb.Entry) {
 		b.Close()
 		b = nil
 		r.applied, r.appliedTerm = last.Index, last.Term
+		if fo, ok := r.cfg.SM.(FlushObserver); ok {
+			fo.Flushed(last.Index) // flush.go: before the proposers learn
+		}
 		for _, d := range deliveries {
 			d.p.finish(d.res)
 		}
