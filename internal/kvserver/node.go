@@ -9,6 +9,7 @@ import (
 	"net"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/canopy-db/canopy/internal/concurrency"
@@ -88,6 +89,15 @@ type Config struct {
 	// Raft scheduler and oracle) are registered on, and that /metrics
 	// serves. nil: a registry of the node's own.
 	Metrics *prometheus.Registry
+	// ClosedTimestampInterval is how often the node closes timestamps on
+	// the ranges watched here (default DefaultClosedTimestampInterval):
+	// about how far a watcher's resolved timestamps lag (feed.go).
+	ClosedTimestampInterval time.Duration
+	// FeedEventsMax and FeedBytesMax bound one watcher's buffer of events
+	// at a range (defaults changefeed.DefaultEventsMax, DefaultBytesMax);
+	// a watcher that lets it overflow is cancelled (SLOW_CONSUMER).
+	FeedEventsMax int
+	FeedBytesMax  int64
 }
 
 func (c *Config) ensureDefaults() error {
@@ -127,9 +137,16 @@ func (c *Config) ensureDefaults() error {
 	if c.DiskCheckInterval == 0 {
 		c.DiskCheckInterval = DefaultDiskCheckInterval
 	}
+	if c.ClosedTimestampInterval == 0 {
+		c.ClosedTimestampInterval = DefaultClosedTimestampInterval
+	}
+	if c.FeedEventsMax < 0 || c.FeedBytesMax < 0 {
+		return fmt.Errorf("kvserver: Config.FeedEventsMax (%d) and FeedBytesMax (%d) must not be negative", c.FeedEventsMax, c.FeedBytesMax)
+	}
 	for name, d := range map[string]time.Duration{
 		"TickInterval": c.TickInterval, "RequestTimeout": c.RequestTimeout, "BalanceInterval": c.BalanceInterval,
 		"GCTTL": c.GCTTL, "GCInterval": c.GCInterval, "DiskCheckInterval": c.DiskCheckInterval,
+		"ClosedTimestampInterval": c.ClosedTimestampInterval,
 	} {
 		if d < 0 {
 			return fmt.Errorf("kvserver: Config.%s is negative (%v)", name, d)
@@ -236,6 +253,11 @@ type Node struct {
 	disk *diskMonitor
 	// ops: metrics, health and the HTTP server (http.go).
 	ops ops
+	// feeds: the ranges with a rangefeed processor here, by range ID, and
+	// feedCandidate the last timestamp closeTimestamps took (feed.go).
+	feedsMu       sync.Mutex
+	feeds         map[uint64]*rangeReplica
+	feedCandidate atomic.Uint64
 }
 
 // trackHandler is a unary interceptor counting handlers in flight.
@@ -282,6 +304,7 @@ func Start(cfg Config) (*Node, error) {
 	n.active, n.balanceDue = map[uint64]struct{}{}, map[uint64]struct{}{}
 	n.gcState, n.splitChecked = map[uint64]gcRangeState{}, map[uint64]splitCheck{}
 	n.mu.conns = map[string]*grpc.ClientConn{}
+	n.feeds = map[uint64]*rangeReplica{}
 	schedCfg := cfg.RaftScheduler
 	schedCfg.Engine = eng
 	if n.sched, err = replica.NewScheduler(schedCfg); err != nil {
@@ -343,8 +366,10 @@ func Start(cfg Config) (*Node, error) {
 	rpcpb.RegisterKVServer(n.srv, &kvService{n: n})
 	rpcpb.RegisterInternalServer(n.srv, &internalService{n: n})
 	rpcpb.RegisterSnapshotsServer(n.srv, &snapshotsService{n: n})
+	rpcpb.RegisterFeedServer(n.srv, &feedService{n: n})
 	n.registerOps() // http.go: gRPC health service
-	n.wg.Add(5)
+	n.wg.Add(6)
+	go n.runEvery(n.cfg.ClosedTimestampInterval, n.closeTimestamps) // feed.go
 	go func() { defer n.wg.Done(); _ = n.srv.Serve(lis) }()
 	go n.runEvery(n.cfg.DiskCheckInterval, func() { n.disk.check(time.Now()) })
 	go n.runEvery(n.cfg.TickInterval, n.tick)

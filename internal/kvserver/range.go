@@ -66,6 +66,8 @@ type rangeSM struct {
 	// remove garbage). Version GC skips a range whose count has not moved
 	// since it was last found clean (gc.go, gcSkip).
 	dataChanges atomic.Uint64
+	// feed: change feeds of the range at this replica (feed.go).
+	feed rangeFeed
 }
 
 // gcThreshold returns the range's GC threshold (see rangeSM.gc).
@@ -167,11 +169,17 @@ func (s *rangeSM) Apply(b *storage.Batch, index, term uint64, data []byte) (any,
 		if err := b.ApplyRepr(c.WriteBatch); err != nil {
 			panic(fmt.Sprintf("r%d: entry %d: %v", s.rangeID, index, err))
 		}
+		s.feedApplied(index, term, c.WriteBatch) // feed.go
 		return appliedResult{}, nil
 	case c.Batch != nil:
 		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "r%d: entry %d is a write batch of the retired apply-time form; it was not applied", s.rangeID, index))
 	case c.Split != nil:
-		return s.applySplit(b, desc, c.Split)
+		res, after := s.applySplit(b, desc, c.Split)
+		if _, ok := res.(splitResult); ok {
+			// Watchers look the span up again and resume (feed.go).
+			s.feedStop(&feedStop{rpcpb.FeedError_RANGE_CHANGED, pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "range r%d split at %q", s.rangeID, c.Split.SplitKey)})
+		}
+		return res, after
 	case c.MetaUpdate != nil:
 		d := c.MetaUpdate.Range
 		key := keys.MetaKey(d.EndKey)
@@ -333,6 +341,7 @@ func (s *rangeSM) ApplySnapshot(b *storage.Batch, data []byte) (func(), error) {
 	}
 	desc := st.Range
 	s.dataChanges.Add(1)
+	s.feedStop(&feedStop{rpcpb.FeedError_RETRY, pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "range r%d received a snapshot", s.rangeID)})
 	src, err := openPairs(st, rest)
 	if err != nil {
 		return nil, err

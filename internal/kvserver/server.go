@@ -196,10 +196,15 @@ func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.Batch
 		return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err))
 	}
 	release := func() { rr.latches.Release(g) }
+	// Tracked from before its timestamp (and its evaluation) until it has
+	// applied or never will: the range's closed timestamp stays below it
+	// (feed.go).
+	tok := n.trackWrite(rr)
 	proposed := false
 	defer func() {
 		if !proposed {
 			release()
+			tok.Done()
 		}
 	}()
 	var writeTs uint64
@@ -220,6 +225,9 @@ func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.Batch
 	if gerr != nil {
 		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", gerr))
 	}
+	if e := checkAboveClosed(rr, writeTs); e != nil {
+		return fail(e)
+	}
 	resp, fx, data, err := evaluateWrite(n.eng, rr.sm.Desc(), term, writeTs, gcThreshold, req)
 	if err != nil {
 		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
@@ -239,6 +247,7 @@ func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.Batch
 			applyLockEffects(locks, fx)
 		}
 		release()
+		tok.Done() // after Flushed published its events (replica.FlushObserver)
 	}
 	if req.AsyncConsensus && rr.asyncProposals.TryAcquire() {
 		// Pipelining: answer now; the proposal goes on without the client,
