@@ -135,6 +135,30 @@ func (d *nodeDirectory) client(addr string) (rpcpb.KVClient, error) {
 	return rpcpb.NewKVClient(c), nil
 }
 
+// feedClient returns a Feed client for addr (watch.go), on the same
+// connection as client's.
+func (d *nodeDirectory) feedClient(addr string) (rpcpb.FeedClient, error) {
+	if _, err := d.client(addr); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c, ok := d.mu.conns[addr]
+	if !ok {
+		return nil, errClosed
+	}
+	return rpcpb.NewFeedClient(c), nil
+}
+
+// outgoing adds the cluster's ID to the context of a streaming RPC (the
+// unary interceptor does it for the others).
+func (d *nodeDirectory) outgoing(ctx context.Context) context.Context {
+	if id := d.clusterID.Load(); id != nil {
+		ctx = metadata.AppendToOutgoingContext(ctx, rpcpb.MetadataClusterID, *id)
+	}
+	return ctx
+}
+
 // setClusterID makes every later RPC name the cluster id.
 func (d *nodeDirectory) setClusterID(id string) {
 	if id != "" {

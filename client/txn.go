@@ -60,6 +60,8 @@ type Txn struct {
 		// onePCSent: a one-phase commit was sent (txn_onepc.go), so an
 		// abort must ask its range, not skip the stack for lack of writes.
 		onePCSent bool
+		// commitTs: the commit timestamp once committed (CommitTs).
+		commitTs uint64
 	}
 	// onePC: one-phase commit is allowed (switches, read at Begin).
 	onePC bool
@@ -131,6 +133,15 @@ func (t *Txn) buildStack() {
 // StartTs is the transaction's start timestamp: it reads the snapshot at
 // this timestamp.
 func (t *Txn) StartTs() uint64 { return t.startTs }
+
+// CommitTs is the transaction's commit timestamp once it has committed
+// (0 before, or if it did not): its writes are versions at it, and a watch
+// reports them with it. A read-only transaction "commits" at StartTs.
+func (t *Txn) CommitTs() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mu.commitTs
+}
 
 // waiter identifies the transaction when it waits for others' intents.
 func (t *Txn) waiter() waiter {
@@ -341,6 +352,7 @@ func (t *Txn) finish(ctx context.Context, d decision) {
 		t.mu.state = txnAborted
 	} else {
 		t.mu.state = txnCommitted
+		t.mu.commitTs = d.commitTs
 	}
 	ks := t.mu.writeKeys
 	t.mu.Unlock()
@@ -371,6 +383,7 @@ func (t *Txn) finish(ctx context.Context, d decision) {
 func (t *Txn) finishStaged(ctx context.Context, commitTs uint64) {
 	t.mu.Lock()
 	t.mu.state = txnCommitted
+	t.mu.commitTs = commitTs
 	ks := t.mu.writeKeys
 	t.mu.Unlock()
 	t.db.stats.commits.add(1)
