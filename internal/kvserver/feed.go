@@ -51,6 +51,10 @@ const (
 	// feedInitWaitMax bounds the wait for the engine to hold the commands
 	// applied before a processor was installed (one batch commit).
 	feedInitWaitMax = 5 * time.Second
+	// feedIdleRoundsMax: a processor without watchers for this many
+	// closed-timestamp rounds is removed, so that an unwatched range
+	// neither decodes its commands nor wakes to close timestamps.
+	feedIdleRoundsMax = 3
 )
 
 // rangeFeed is a range's change-feed state on this node.
@@ -68,6 +72,9 @@ type rangeFeed struct {
 		// unwatched is the index of the last command applied with no
 		// processor installed: a processor's first snapshot must include it.
 		unwatched uint64
+		// idleRounds counts the closeTimestamps rounds that found the
+		// processor without watchers; at feedIdleRoundsMax it goes.
+		idleRounds int
 	}
 }
 
@@ -263,6 +270,16 @@ func (n *Node) closeRange(ctx context.Context, rr *rangeReplica, candidate uint6
 	s := rr.sm
 	s.feed.mu.Lock()
 	p, term := s.feed.mu.proc, s.feed.mu.term
+	if p != nil && p.Registrations() == 0 {
+		if s.feed.mu.idleRounds++; s.feed.mu.idleRounds >= feedIdleRoundsMax {
+			s.feed.mu.proc = nil
+			s.feed.mu.Unlock()
+			p.Stop(&feedStop{rpcpb.FeedError_RETRY, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "range r%d: rangefeed removed for lack of watchers", rr.r.RangeID())})
+			return
+		}
+	} else {
+		s.feed.mu.idleRounds = 0
+	}
 	s.feed.mu.Unlock()
 	if p == nil {
 		return
