@@ -235,7 +235,14 @@ func (n *Node) closeTimestamps() {
 		rr.sm.feed.mu.Lock()
 		p := rr.sm.feed.mu.proc
 		rr.sm.feed.mu.Unlock()
-		if p == nil || p.Stopped() != nil || n.replica(id) != rr {
+		if p == nil || p.Stopped() != nil {
+			delete(n.feeds, id)
+			continue
+		}
+		if n.replica(id) != rr {
+			// The replica left the node (or was replaced): its watchers
+			// look the range up again.
+			rr.sm.feedStop(&feedStop{rpcpb.FeedError_RETRY, pbErr(rpcpb.ErrorCode_RANGE_NOT_FOUND, "node n%d no longer holds this replica of r%d", n.NodeID(), id)})
 			delete(n.feeds, id)
 			continue
 		}
