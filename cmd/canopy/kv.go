@@ -98,7 +98,7 @@ value is written with ''.`, keys.ValueBytesMax),
 
 	var limit int
 	var after string
-	scan := &cobra.Command{Use: "scan [START [END]]", Args: cobra.MaximumNArgs(2),
+	scan := &cobra.Command{Use: "scan [START [END]] | scan --after KEY [END]", Args: cobra.MaximumNArgs(2),
 		Short: "Print the keys in [START, END) with their values, in key order",
 		Long: fmt.Sprintf(`Print the keys in [START, END) with their values, in key order: all keys
 without START and END, from START to the end without END.
@@ -125,10 +125,14 @@ more keys is not a single snapshot (use canopy txn "scan ..." for one).`, ScanLi
 				end = []byte(args[1])
 			}
 			if after != "" {
-				if len(args) > 0 {
-					return usageErrorf("--after and START: give one of them")
+				// --after replaces START: the one argument is END.
+				if len(args) > 1 {
+					return usageErrorf("--after KEY takes the place of START: give at most END")
 				}
-				start = append([]byte(after), 0)
+				start, end = append([]byte(after), 0), nil
+				if len(args) == 1 {
+					end = []byte(args[0])
+				}
 			}
 			kvs, more, err := scanKeys(ctx, db, start, end, limit)
 			if err != nil {
