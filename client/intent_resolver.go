@@ -100,35 +100,25 @@ func (db *DB) resolveForeign(ctx context.Context, intents []*rpcpb.Intent, w wai
 		ft.keys = append(ft.keys, in.GetKey())
 	}
 	// Decisions known already (cached), then one batched look-up of the
-	// others' status records (the sender splits it per status range);
-	// only the transactions still pending wait, one at a time.
+	// others' status records (status_lookup.go: per status range, by
+	// selective batching); only the transactions still pending wait, one
+	// at a time. A single transaction goes straight to awaitDecision,
+	// whose first round reads its status and heartbeat records together
+	// (a separate lookup would cost a pending one an extra round).
 	decided := map[uint64]uint64{}
-	var unknown []*foreignTxn
-	for _, ft := range txns {
-		if c, ok := db.statuses.get(ft.startTs); ok {
-			decided[ft.startTs] = c
-		} else {
-			unknown = append(unknown, ft)
+	if len(txns) > 1 {
+		starts := make([]uint64, len(txns))
+		for i, ft := range txns {
+			starts[i] = ft.startTs
 		}
-	}
-	if len(unknown) > 1 {
-		reqs := make([]*rpcpb.RequestUnion, len(unknown))
-		for i, ft := range unknown {
-			reqs[i] = &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{Key: db.statusKey(ft.startTs)}}}
-		}
-		resps, err := db.sender.sendPoints(ctx, false, reqs)
-		if err != nil {
+		var err error
+		if decided, err = db.lookupStatuses(ctx, starts); err != nil {
 			return err
 		}
-		for i, ft := range unknown {
-			if st := resps[i].GetPlainGet(); st.GetFound() {
-				c, _, err := db.decodeStatus(ft.startTs, st.GetValue())
-				if err != nil {
-					return err
-				}
-				db.statuses.put(ft.startTs, c)
-				decided[ft.startTs] = c
-			}
+	} else if len(txns) == 1 {
+		if c, ok := db.statuses.get(txns[0].startTs); ok {
+			decided[txns[0].startTs] = c
+			db.stats.statusCacheHits.add(1)
 		}
 	}
 	var reqs []*rpcpb.RequestUnion

@@ -52,6 +52,11 @@ type Stats struct {
 	// STAGING transactions this client settled as a reader.
 	ParallelCommits int64
 	Recovered       int64
+	// StatusLookupRequests counts the batched status-lookup requests sent
+	// (lookupStatuses: one per selective-batching batch), and
+	// StatusCacheHits the decisions it found in the cache instead.
+	StatusLookupRequests int64
+	StatusCacheHits      int64
 }
 
 type stats struct {
@@ -59,6 +64,7 @@ type stats struct {
 	abortedOthers, intentsResolved, resolveDropped         countingInt
 	pipelinedWrites, pipelineStalls, pipelinedWritesFailed countingInt
 	onePCCommits, parallelCommits, recovered               countingInt
+	statusLookups, statusCacheHits                         countingInt
 	retryReasons                                           retryReasons // metrics.go
 }
 
@@ -74,6 +80,9 @@ func (db *DB) Stats() Stats {
 		IntentsResolved:   db.stats.intentsResolved.load(),
 		ResolveDropped:    db.stats.resolveDropped.load(),
 		TimestampRPCs:     db.oracle.rpcs.load(),
+
+		StatusLookupRequests: db.stats.statusLookups.load(),
+		StatusCacheHits:      db.stats.statusCacheHits.load(),
 
 		PipelinedWrites:       db.stats.pipelinedWrites.load(),
 		PipelineStalls:        db.stats.pipelineStalls.load(),

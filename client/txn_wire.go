@@ -109,13 +109,15 @@ func (w *txnWire) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 		db.statuses.put(t.startTs, d.commitTs)
 		return &txnResp{d: d}, nil
 	case opGetStatus:
-		found, v, err := db.plainGet(ctx, db.statusKey(t.startTs))
-		if err != nil || !found {
-			return &txnResp{}, err
-		}
-		c, _, err := db.decodeStatus(t.startTs, v)
+		// The ambiguous-commit lookup: the batched lookup path (one cell),
+		// which caches a decision and never a missing record.
+		got, err := db.lookupStatuses(ctx, []uint64{t.startTs})
 		if err != nil {
 			return nil, err
+		}
+		c, found := got[t.startTs]
+		if !found {
+			return &txnResp{}, nil
 		}
 		return &txnResp{found: true, d: decision{commitTs: c}}, nil
 	}
