@@ -24,6 +24,7 @@ import (
 func init() {
 	var store, listen, advertise, join, mode, cpuprofile, minFree, rangeMaxSize, httpAddr string
 	var tick time.Duration
+	var faultInjection bool
 	var threshold int
 	var sched replica.SchedulerConfig
 	cmd := &cobra.Command{
@@ -60,6 +61,7 @@ func init() {
 				StoreMinFreeBytes: minFreeBytes,
 				RangeSplitBytes:   rangeMaxBytes,
 				HTTPAddr:          httpAddr, Metrics: newMetricsRegistry(), // metrics.go
+				FaultInjection: faultInjection, // nemesis.go
 			})
 			if err != nil {
 				return err
@@ -103,6 +105,8 @@ func init() {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&faultInjection, "enable-fault-injection", false, "serve /debug/fault on --http-addr so that `canopy nemesis` can inject faults (testing only)")
+	_ = cmd.Flags().MarkHidden("enable-fault-injection")
 	cmd.Flags().StringVar(&store, "store", "canopy-data", "directory of the node's store")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:26257", "address to serve gRPC on")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "address peers and clients use (default: --listen)")

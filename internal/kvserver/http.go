@@ -84,6 +84,9 @@ func (n *Node) startOps() error {
 		Registry: n.cfg.Metrics,
 	}))
 	mux.HandleFunc("GET /health", n.serveHealth)
+	if n.cfg.FaultInjection {
+		n.registerFaultHandlers(mux) // faultinject.go
+	}
 	n.ops.httpLis = lis
 	n.ops.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: HTTPReadHeaderTimeout,
 		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}

@@ -98,6 +98,9 @@ type Config struct {
 	// a watcher that lets it overflow is cancelled (SLOW_CONSUMER).
 	FeedEventsMax int
 	FeedBytesMax  int64
+	// FaultInjection serves /debug/fault on the HTTP server (faultinject.go):
+	// for nemesis runs only, never on by default.
+	FaultInjection bool
 }
 
 func (c *Config) ensureDefaults() error {

@@ -1,0 +1,204 @@
+package nemesis
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/canopy-db/canopy/client"
+)
+
+// Kind is a kind of fault.
+type Kind string
+
+const (
+	// KindPartition isolates one node: every Raft link to and from it
+	// drops.
+	KindPartition Kind = "partition"
+	// KindAsymmetric drops the Raft messages one node sends to one peer;
+	// the peer's messages to it still arrive.
+	KindAsymmetric Kind = "asymmetric"
+	// KindOracle isolates the oracle host: the leaseholder of range 1.
+	KindOracle Kind = "oracle"
+	// KindDelay delays every Raft message to and from one node.
+	KindDelay Kind = "delay"
+	// KindKill kills one node with SIGKILL; the heal restarts it with its
+	// store.
+	KindKill Kind = "kill"
+	// KindPause stops one node with SIGSTOP; the heal sends SIGCONT.
+	KindPause Kind = "pause"
+)
+
+// Kinds is every kind, in the order a schedule of all kinds injects them.
+var Kinds = []Kind{KindPartition, KindAsymmetric, KindOracle, KindDelay, KindKill, KindPause}
+
+// LinkDelay is the one-way delay of KindDelay.
+const LinkDelay = 200 * time.Millisecond
+
+// ParseKinds parses a comma-separated list of kinds ("all": every kind).
+func ParseKinds(s string) ([]Kind, error) {
+	if s == "all" || s == "" {
+		return append([]Kind(nil), Kinds...), nil
+	}
+	var out []Kind
+	for _, f := range strings.Split(s, ",") {
+		k := Kind(strings.TrimSpace(f))
+		ok := false
+		for _, known := range Kinds {
+			ok = ok || k == known
+		}
+		if !ok {
+			names := make([]string, len(Kinds))
+			for i, k := range Kinds {
+				names[i] = string(k)
+			}
+			return nil, fmt.Errorf("invalid argument: fault kind %q (want all or some of %s)", k, strings.Join(names, ","))
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// fault is one injected fault, until healed.
+type fault struct {
+	kind   Kind
+	target int // slot
+	peer   int // slot, KindAsymmetric only
+	at     time.Time
+}
+
+func (f *fault) String() string {
+	if f.kind == KindAsymmetric {
+		return fmt.Sprintf("%s n%d->n%d", f.kind, f.target+1, f.peer+1)
+	}
+	return fmt.Sprintf("%s n%d", f.kind, f.target+1)
+}
+
+// inject starts a fault of kind k on a node chosen by rng.
+func (c *cluster) inject(ctx context.Context, db *client.DB, k Kind, rng *rand.Rand) (*fault, error) {
+	f := &fault{kind: k, target: rng.IntN(len(c.procs))}
+	f.peer = (f.target + 1 + rng.IntN(len(c.procs)-1)) % len(c.procs)
+	if k == KindOracle {
+		slot, err := c.oracleHost(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		f.target = slot
+	}
+	f.at = time.Now()
+	switch k {
+	case KindPartition, KindOracle:
+		return f, c.isolate(ctx, f.target, url.Values{"drop": {"1"}})
+	case KindDelay:
+		return f, c.isolate(ctx, f.target, url.Values{"delay": {LinkDelay.String()}})
+	case KindAsymmetric:
+		q := url.Values{"peer": {fmt.Sprint(c.procs[f.peer].nodeID)}, "drop": {"1"}}
+		return f, c.fault(ctx, f.target, q)
+	case KindKill:
+		c.kill9(f.target)
+		return f, nil
+	case KindPause:
+		c.procs[f.target].paused = true
+		return f, c.signal(f.target, syscall.SIGSTOP)
+	}
+	return nil, fmt.Errorf("nemesis: unknown fault kind %q", k)
+}
+
+// isolate sets the link fault q on every link to and from slot i.
+func (c *cluster) isolate(ctx context.Context, i int, q url.Values) error {
+	for j, p := range c.procs {
+		if j == i {
+			continue
+		}
+		to := url.Values{"peer": {fmt.Sprint(p.nodeID)}}
+		from := url.Values{"peer": {fmt.Sprint(c.procs[i].nodeID)}}
+		for k, v := range q {
+			to[k], from[k] = v, v
+		}
+		if err := c.fault(ctx, i, to); err != nil {
+			return err
+		}
+		if err := c.fault(ctx, j, from); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// heal ends f: link faults are cleared on every node, a killed node is
+// restarted, a paused one resumed.
+func (c *cluster) heal(ctx context.Context, f *fault) error {
+	switch f.kind {
+	case KindKill:
+		return c.start(ctx, f.target)
+	case KindPause:
+		c.procs[f.target].paused = false
+		return c.signal(f.target, syscall.SIGCONT)
+	}
+	var first error
+	for i, p := range c.procs {
+		if !p.running() {
+			continue
+		}
+		if err := c.fault(ctx, i, url.Values{"heal": {"1"}}); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// oracleHost returns the slot of the leaseholder of range 1.
+func (c *cluster) oracleHost(ctx context.Context, db *client.DB) (int, error) {
+	var slot int
+	err := retry(ctx, 30*time.Second, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		ranges, err := db.Ranges(rctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range ranges {
+			if r.Desc.GetRangeId() != 1 {
+				continue
+			}
+			for i, p := range c.procs {
+				if p.nodeID == r.LeaseholderNodeID && p.nodeID != 0 {
+					slot = i
+					return nil
+				}
+			}
+			return fmt.Errorf("range 1 has no known leaseholder")
+		}
+		return fmt.Errorf("no range 1")
+	})
+	return slot, err
+}
+
+// learnNodeIDs fills in every proc's node ID from the cluster's view.
+func (c *cluster) learnNodeIDs(ctx context.Context, db *client.DB) error {
+	return retry(ctx, time.Minute, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		info, err := db.ClusterInfo(rctx)
+		if err != nil {
+			return err
+		}
+		found := 0
+		for _, nd := range info.Nodes {
+			for _, p := range c.procs {
+				if p.addr == nd.Address {
+					p.nodeID = nd.NodeId
+					found++
+				}
+			}
+		}
+		if found != len(c.procs) {
+			return fmt.Errorf("the cluster knows %d of %d nodes", found, len(c.procs))
+		}
+		return nil
+	})
+}
