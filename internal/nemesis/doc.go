@@ -17,8 +17,10 @@
 //     package check), including those cut short by the end of the run;
 //     the outcome counts leave the latter out.
 //   - A recovery time is from a heal to the first operation that was
-//     called after the heal and succeeded; a heal without one within the
-//     quiet time is reported as such, never as a number.
+//     called after the heal and succeeded. The quiet time after a heal
+//     lasts at least Interval and until that success (at most
+//     RecoveryMax); a heal without one is reported unrecovered, never as
+//     a number.
 //   - The verdict is a pass only if the history was checked and no
 //     violation found: a checker that could not decide is a failure.
 //   - Every process Run started is stopped before it returns (and killed

@@ -47,6 +47,10 @@ type Config struct {
 	StartArgs []string
 }
 
+// RecoveryMax bounds the wait, after a heal, for the clients' first
+// success; a heal without one by then is reported unrecovered.
+const RecoveryMax = time.Minute
+
 // Recovery is one heal and how long the clients took to succeed again.
 type Recovery struct {
 	Fault     string
@@ -204,7 +208,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if rec.open != nil {
 			rep.Recoveries = append(rep.Recoveries, *rec.open)
 			if !rec.open.Recovered {
-				logf("no success within the quiet time after healing %s", rec.open.Fault)
+				logf("no success within %v after healing %s", RecoveryMax, rec.open.Fault)
 			} else {
 				logf("recovered from %s in %v", rec.open.Fault, rec.open.After.Round(time.Millisecond))
 			}
@@ -223,10 +227,27 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return true
 		}
 	}
+	// waitRecovery waits up to max for the open heal's first success.
+	waitRecovery := func(max time.Duration) {
+		deadline := time.Now().Add(max)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			rec.Lock()
+			done := rec.open == nil || rec.open.Recovered
+			rec.Unlock()
+			if done {
+				return
+			}
+			sleep(50 * time.Millisecond)
+		}
+	}
 	for i := 0; time.Now().Before(end) && runErr == nil; i++ {
 		if !sleep(cfg.Interval) {
 			break
 		}
+		// The quiet time lasts until the clients succeeded once after the
+		// heal (at most RecoveryMax), so that every heal gets its
+		// recovery time.
+		waitRecovery(RecoveryMax)
 		closeRecovery()
 		if !time.Now().Before(end) {
 			break
@@ -260,16 +281,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		logf("healed %s", f)
 	}
 	// Let the clients succeed once after the last heal, then stop them.
-	deadline := time.Now().Add(cfg.Interval + time.Minute)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		rec.Lock()
-		done := rec.open == nil || rec.open.Recovered
-		rec.Unlock()
-		if done {
-			break
-		}
-		sleep(100 * time.Millisecond)
-	}
+	waitRecovery(RecoveryMax)
 	closeRecovery()
 	stopWorkers()
 	wg.Wait()
@@ -317,7 +329,7 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(tw, "recovery (heal to first success)\tmin %v  median %v  max %v  (%d heals)\n",
 			minDur(recs).Round(time.Millisecond), medianDur(recs).Round(time.Millisecond), maxDur(recs).Round(time.Millisecond), len(recs))
 	}
-	fmt.Fprintf(tw, "heals without a success in the quiet time\t%d\n", unrecovered)
+	fmt.Fprintf(tw, "heals without a success within %v\t%d\n", RecoveryMax, unrecovered)
 	byKind := map[Kind][]time.Duration{}
 	for _, rc := range r.Recoveries {
 		if rc.Recovered {

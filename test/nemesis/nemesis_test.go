@@ -1,0 +1,160 @@
+package nemesis
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/canopy-db/canopy/internal/nemesis"
+)
+
+var (
+	duration = flag.Duration("duration", 0, "how long to inject faults (0: long enough for every kind once)")
+	seed     = flag.Uint64("seed", 1, "seed of the fault targets and operations")
+	workload = flag.String("workload", "list-append", "list-append, bank or register")
+)
+
+// binPath is the canopy binary TestMain built; skipWhy or buildErr say why
+// there is none.
+var (
+	binPath  string
+	skipWhy  string
+	buildErr error
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(func() int {
+		if testing.Short() {
+			skipWhy = "multi-process tests are skipped under -short"
+			return m.Run()
+		}
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			skipWhy = "no go command on PATH to build canopy"
+			return m.Run()
+		}
+		dir, err := os.MkdirTemp("", "canopy-nemesis-bin-")
+		if err != nil {
+			buildErr = err
+			return m.Run()
+		}
+		defer os.RemoveAll(dir)
+		root, err := moduleRoot()
+		if err != nil {
+			buildErr = err
+			return m.Run()
+		}
+		binPath = filepath.Join(dir, "canopy")
+		cmd := exec.Command(goBin, "build", "-o", binPath, "./cmd/canopy")
+		cmd.Dir = root
+		// The same build as test/process's, so that the cache serves both.
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/canopy: %v\n%s", err, out)
+		}
+		return m.Run()
+	}())
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.Contains(b, []byte("module github.com/canopy-db/canopy\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod of github.com/canopy-db/canopy above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// logWriter sends progress lines to t.Log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestNemesisShort injects every fault kind at least once into three real
+// processes running list-append transactions and asserts a checked history
+// without violations and a recovery after every heal.
+func TestNemesisShort(t *testing.T) {
+	if skipWhy != "" {
+		t.Skip(skipWhy)
+	}
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	const interval, faultDuration = 2 * time.Second, 2500 * time.Millisecond
+	d := *duration
+	if d == 0 {
+		// Every kind once: each cycle is a quiet interval and a fault.
+		d = time.Duration(len(nemesis.Kinds)) * (interval + faultDuration + 500*time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	rep, err := nemesis.Run(ctx, nemesis.Config{
+		Binary: binPath, Dir: dir, Nodes: 3, Workload: *workload,
+		Kinds: nemesis.Kinds, Duration: d, Interval: interval, FaultDuration: faultDuration,
+		Workers: 4, OpTimeout: 10 * time.Second, Seed: *seed,
+		Progress: logWriter{t}, ProgressEvery: 10 * time.Second,
+		StartArgs: []string{"--raft-tick=50ms"},
+	})
+	if rep != nil {
+		var b strings.Builder
+		rep.Print(&b)
+		t.Logf("verdict table:\n%s", b.String())
+	}
+	if err != nil {
+		dumpLogs(t, dir)
+		t.Fatal(err)
+	}
+	for _, k := range nemesis.Kinds {
+		if rep.Faults[k] == 0 {
+			t.Errorf("fault kind %s was never injected", k)
+		}
+	}
+	if rep.CheckErr != nil {
+		t.Errorf("no verdict: %v", rep.CheckErr)
+	}
+	for _, v := range rep.Violations {
+		t.Errorf("violation: %s", v)
+	}
+	if rep.Outcomes[nemesis.OK] == 0 {
+		t.Error("no operation succeeded")
+	}
+	for _, r := range rep.Recoveries {
+		if !r.Recovered {
+			t.Errorf("no operation succeeded after healing %s (at %v)", r.Fault, r.HealedAt)
+		}
+	}
+	if t.Failed() {
+		dumpLogs(t, dir)
+	}
+}
+
+func dumpLogs(t *testing.T, dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "n*.log"))
+	for _, p := range logs {
+		b, _ := os.ReadFile(p)
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		t.Logf("last lines of %s:\n%s", p, strings.Join(lines[max(0, len(lines)-30):], "\n"))
+	}
+}
