@@ -23,6 +23,7 @@ import (
 
 func init() {
 	var store, listen, advertise, join, mode, cpuprofile, minFree, rangeMaxSize, httpAddr string
+	var splitQPS int
 	var tick time.Duration
 	var faultInjection bool
 	var threshold int
@@ -49,6 +50,12 @@ func init() {
 			if err != nil {
 				return err
 			}
+			if splitQPS < 0 {
+				return fmt.Errorf("--range-split-qps %d: must be 0 (off) or more", splitQPS)
+			}
+			if splitQPS == 0 {
+				splitQPS = -1 // kvserver: negative is off, 0 the default
+			}
 			httpAddr, err := resolveHTTPAddr(httpAddr, listen)
 			if err != nil {
 				return err
@@ -60,6 +67,7 @@ func init() {
 				RaftScheduler:     sched,
 				StoreMinFreeBytes: minFreeBytes,
 				RangeSplitBytes:   rangeMaxBytes,
+				RangeSplitQPS:     splitQPS,
 				HTTPAddr:          httpAddr, Metrics: newMetricsRegistry(), // metrics.go
 				FaultInjection: faultInjection, // nemesis.go
 			})
@@ -116,6 +124,7 @@ func init() {
 	cmd.Flags().IntVar(&threshold, "value-threshold", storage.DefaultThresholdBytes, "values of at least this many bytes go to blob files (separating modes)")
 	cmd.Flags().IntVar(&sched.Workers, "raft-workers", 0, fmt.Sprintf("workers handling the Raft work of the node's ranges (0: max(1, min(GOMAXPROCS/2, 8)); at most %d)", replica.SchedulerWorkersMax))
 	cmd.Flags().IntVar(&sched.BatchRangesMax, "raft-batch-ranges", 0, fmt.Sprintf("ranges a worker persists in one batch with one sync (0: 64; at most %d; 1: one commit per range)", replica.SchedulerBatchRangesLimit))
+	cmd.Flags().IntVar(&splitQPS, "range-split-qps", kvserver.DefaultRangeSplitQPS, fmt.Sprintf("split a range serving more requests a second than this for %v, at a key dividing its load (0: never)", kvserver.DefaultLoadSplitAfter))
 	cmd.Flags().StringVar(&rangeMaxSize, "range-max-size", "64MiB", "split a range whose estimated size on disk passes this (off: never); e.g. 512MiB")
 	cmd.Flags().StringVar(&minFree, "store-min-free", "0", "refuse writes while the store's disk has less free space than this (0: 1% of the disk, at least 32MiB, at most 1GiB; off: no check); e.g. 512MiB, 2GB")
 	cmd.Flags().StringVar(&httpAddr, "http-addr", "", fmt.Sprintf("address to serve HTTP on: Prometheus metrics at /metrics, health at /health and /health?ready=1 (default: --listen's host, port + %d; off: none)", HTTPPortOffset))

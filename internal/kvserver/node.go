@@ -62,6 +62,13 @@ type Config struct {
 	// it is split in two by its leaseholder (autosplit.go). 0: the default
 	// DefaultRangeSplitBytes; negative: never.
 	RangeSplitBytes int64
+	// RangeSplitQPS: a user range serving more requests a second than
+	// this for LoadSplitAfter is split by load (loadsplit.go). 0: the
+	// default DefaultRangeSplitQPS; negative: never.
+	RangeSplitQPS int
+	// LoadSplitAfter is how long a range must be hot before it is split by
+	// load (default DefaultLoadSplitAfter).
+	LoadSplitAfter time.Duration
 	// GCInterval is how often a leader collects old versions of its
 	// ranges (default 1 minute).
 	GCInterval time.Duration
@@ -131,6 +138,12 @@ func (c *Config) ensureDefaults() error {
 	if c.RangeSplitBytes == 0 {
 		c.RangeSplitBytes = DefaultRangeSplitBytes
 	}
+	if c.RangeSplitQPS == 0 {
+		c.RangeSplitQPS = DefaultRangeSplitQPS
+	}
+	if c.LoadSplitAfter == 0 {
+		c.LoadSplitAfter = DefaultLoadSplitAfter
+	}
 	if c.GCInterval == 0 {
 		c.GCInterval = time.Minute
 	}
@@ -150,6 +163,7 @@ func (c *Config) ensureDefaults() error {
 		"TickInterval": c.TickInterval, "RequestTimeout": c.RequestTimeout, "BalanceInterval": c.BalanceInterval,
 		"GCTTL": c.GCTTL, "GCInterval": c.GCInterval, "DiskCheckInterval": c.DiskCheckInterval,
 		"ClosedTimestampInterval": c.ClosedTimestampInterval,
+		"LoadSplitAfter":          c.LoadSplitAfter,
 	} {
 		if d < 0 {
 			return fmt.Errorf("kvserver: Config.%s is negative (%v)", name, d)
@@ -1010,9 +1024,10 @@ func (n *Node) balance() {
 			}
 		}
 		if !splitDone && st.Leaseholder {
-			// At most one size-based split per round (autosplit.go).
+			// At most one split by size (autosplit.go) or load
+			// (loadsplit.go) per round.
 			ctx, cancel := context.WithTimeout(n.stopCtx, n.cfg.RequestTimeout)
-			splitDone = n.maybeSplitBySize(ctx, rr)
+			splitDone = n.maybeSplitBySize(ctx, rr) || n.maybeSplitByLoad(ctx, rr)
 			cancel()
 			if splitDone {
 				continue

@@ -27,6 +27,9 @@ type rangeReplica struct {
 	locks   rangeLocks
 	// asyncProposals counts pipelined writes in flight.
 	asyncProposals asyncLimit
+	// load tracks the requests served here as leaseholder, for load-based
+	// splitting (loadsplit.go).
+	load loadSplitter
 }
 
 // rangeHost is what a range's state machine needs from its node: the

@@ -50,6 +50,7 @@ func (n *Node) batch(ctx context.Context, req *rpcpb.BatchRequest) *rpcpb.BatchR
 	if !rr.r.Status().IsLeader {
 		return fail(n.notLeaseholder(rr))
 	}
+	n.recordLoad(rr, req) // loadsplit.go
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
 	if req.Requests[0].IsWrite() {

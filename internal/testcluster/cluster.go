@@ -42,8 +42,12 @@ type Options struct {
 	LockWaitMax time.Duration
 	// RangeSplitBytes of the nodes (kvserver default if zero).
 	RangeSplitBytes int64
-	Storage         storage.Options
-	Logger          *slog.Logger
+	// RangeSplitQPS and LoadSplitAfter of the nodes (kvserver defaults if
+	// zero).
+	RangeSplitQPS  int
+	LoadSplitAfter time.Duration
+	Storage        storage.Options
+	Logger         *slog.Logger
 }
 
 // Cluster is a running in-process cluster.
@@ -148,6 +152,8 @@ func (c *Cluster) startNode(i int, lis net.Listener) error {
 		GCInterval:      c.opts.GCInterval,
 		LockWaitMax:     c.opts.LockWaitMax,
 		RangeSplitBytes: c.opts.RangeSplitBytes,
+		RangeSplitQPS:   c.opts.RangeSplitQPS,
+		LoadSplitAfter:  c.opts.LoadSplitAfter,
 		Storage:         c.opts.Storage,
 		Logger:          c.opts.Logger,
 	})
