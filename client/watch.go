@@ -468,7 +468,11 @@ func (w *Watcher) stream(p *watchPiece, fc rpcpb.FeedClient, rangeID uint64, pus
 				return progress, nil, err
 			}
 		}
-		if cp := m.GetCheckpoint(); cp != nil && cp.GetResolvedTs() > p.resolved {
+		cp := m.GetCheckpoint()
+		if cp != nil {
+			push.observe(w, cp.GetBlocking())
+		}
+		if cp != nil && cp.GetResolvedTs() > p.resolved {
 			r := cp.GetResolvedTs()
 			for k := range p.seen {
 				if binary.BigEndian.Uint64([]byte(k[len(k)-8:])) <= r {
@@ -478,7 +482,6 @@ func (w *Watcher) stream(p *watchPiece, fc rpcpb.FeedClient, rangeID uint64, pus
 			if err := w.advance(p, r); err != nil {
 				return progress, nil, err
 			}
-			push.observe(w, cp.GetBlocking())
 		}
 	}
 }

@@ -233,6 +233,15 @@ func (p *Processor) publishLocked() {
 		r, blocking = o.StartTs-1, o
 	}
 	if r <= p.mu.resolved {
+		if blocking != nil && p.mu.resolved > 0 {
+			// Stuck behind an intent: say which, at every closed
+			// timestamp, so that a watcher can push its transaction.
+			for reg := range p.mu.regs {
+				if !reg.push(Event{Resolved: max(p.mu.resolved, reg.fromTs), Blocking: blocking}, &p.opts) {
+					delete(p.mu.regs, reg)
+				}
+			}
+		}
 		return
 	}
 	p.mu.resolved = r

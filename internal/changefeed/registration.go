@@ -73,7 +73,9 @@ func (r *Registration) push(ev Event, opts *Options) bool {
 		return false
 	}
 	if ev.Resolved != 0 {
-		if ev.Resolved <= r.mu.resolved {
+		// A resolved timestamp that did not move is still sent when an
+		// intent holds it back, so that the watcher can push it.
+		if ev.Resolved < r.mu.resolved || (ev.Resolved == r.mu.resolved && ev.Blocking == nil) {
 			return true
 		}
 		r.mu.resolved = ev.Resolved

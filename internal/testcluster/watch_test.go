@@ -394,3 +394,56 @@ func diffChanges(want, got []change) string {
 	}
 	return b.String()
 }
+
+// TestWatchPushesAbandonedIntent: a transaction writes in the watched span
+// and its client goes away without deciding it. Its intent holds the
+// range's resolved timestamp back; once its heartbeat has expired the
+// watcher pushes it (aborts it and removes the intent), so the watch's
+// resolved timestamp moves past the abandoned write, which is never
+// delivered, while a later committed write is.
+func TestWatchPushesAbandonedIntent(t *testing.T) {
+	c := startCluster(t, testcluster.Options{Nodes: 3})
+	opts := client.Options{HeartbeatTTL: time.Second}
+	db := openDB(t, c, client.WithOptions(opts))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	span := client.PrefixSpan([]byte("p/"))
+	w, err := db.Watch(ctx, span, 0, client.WithWatchOptions(client.WatchOptions{PushAfter: 200 * time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rec := record(w)
+
+	gone := openDB(t, c, client.WithOptions(opts))
+	txn, err := gone.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.Put(ctx, []byte("p/abandoned"), []byte("never")); err != nil {
+		t.Fatal(err)
+	}
+	// The coordinator goes away: no commit, no rollback, no heartbeat.
+	_ = gone.Close()
+	if err := db.Put(ctx, []byte("p/after"), []byte("yes")); err != nil {
+		t.Fatal(err)
+	}
+	after, err := db.Timestamp(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.waitResolved(t, "watch", after, 30*time.Second)
+	w.Close()
+	var got []string
+	for _, ev := range rec.events {
+		if ev.Resolved == 0 {
+			got = append(got, fmt.Sprintf("%s=%s", ev.Key, ev.Value))
+		}
+	}
+	if len(got) != 1 || got[0] != "p/after=yes" {
+		t.Fatalf("watch delivered %v, want only p/after=yes", got)
+	}
+	if _, found, err := db.Get(ctx, []byte("p/abandoned")); err != nil || found {
+		t.Fatalf("the abandoned write reads as found=%v (err %v); its transaction should be aborted", found, err)
+	}
+}
