@@ -114,6 +114,7 @@ func (c *Config) ensureDefaults() error {
 	if c.StoreDir == "" {
 		return errors.New("kvserver: StoreDir is required")
 	}
+	c.wrapFaultFS() // faultinject.go
 	if c.ListenAddr == "" {
 		c.ListenAddr = "127.0.0.1:26257"
 	}
@@ -181,8 +182,9 @@ func (c *Config) ensureDefaults() error {
 
 // Node is one Canopy server process's store.
 type Node struct {
-	cfg Config
-	eng *storage.Engine
+	faults faultHooks // faultinject.go
+	cfg    Config
+	eng    *storage.Engine
 	// outSnaps holds the engine snapshots of Raft snapshots not yet
 	// streamed; snapshotRecv and snapshotSend bound the snapshot streams
 	// received and sent at once (snapshot.go).
@@ -332,7 +334,7 @@ func Start(cfg Config) (*Node, error) {
 	n.transport = newTransport(n)
 	n.liveness = newLiveness(cfg.ElectionTicks)
 	n.metaChecked = map[uint64]uint64{}
-	n.oracle = tso.New(tso.Options{Metrics: n.ops.metrics.tso}, &oraclePersister{n: n})
+	n.oracle = tso.New(tso.Options{Metrics: n.ops.metrics.tso, Clock: n.oracleClock()}, &oraclePersister{n: n})
 	n.tsBatcher = tso.NewBatcher(NodeTimestampBatchMax, n.fetchTimestamps)
 	n.tsBatcher.SetMetrics(n.ops.metrics.tso)
 	n.detector = concurrency.NewDetector()
@@ -378,7 +380,7 @@ func Start(cfg Config) (*Node, error) {
 	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
 		// Metrics first: an RPC refused by the identity check is counted
 		// (grpc_server_handled_total, FailedPrecondition).
-		grpc.ChainUnaryInterceptor(n.ops.metrics.grpc.UnaryServerInterceptor(), n.identityUnary, n.trackHandler),
+		grpc.ChainUnaryInterceptor(n.ops.metrics.grpc.UnaryServerInterceptor(), n.identityUnary, n.trackHandler, n.faultUnary),
 		grpc.ChainStreamInterceptor(n.ops.metrics.grpc.StreamServerInterceptor(), n.identityStream))
 	rpcpb.RegisterKVServer(n.srv, &kvService{n: n})
 	rpcpb.RegisterInternalServer(n.srv, &internalService{n: n})

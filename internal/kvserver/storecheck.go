@@ -139,7 +139,7 @@ func oneLine(s string) string {
 // are on the operating system's file system; a store on another vfs.FS (an
 // in-memory one in tests) goes without them.
 func openStore(dir string, opts storage.Options) (*storage.Engine, error) {
-	osFiles := opts.FS == nil || opts.FS == vfs.Default
+	osFiles := storage.IsOSFS(opts.FS)
 	if b, err := os.ReadFile(filepath.Join(dir, StoreDamagedFile)); osFiles && err == nil {
 		return nil, &StoreDamagedError{Dir: dir, File: filepath.Join(dir, StoreDamagedFile),
 			Problem: "it was found damaged while the node ran: " + strings.TrimSpace(string(b))}

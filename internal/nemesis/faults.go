@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/kvserver"
+	"github.com/canopy-db/canopy/internal/storage"
 )
 
 // Kind is a kind of fault.
@@ -31,10 +33,31 @@ const (
 	KindKill Kind = "kill"
 	// KindPause stops one node with SIGSTOP; the heal sends SIGCONT.
 	KindPause Kind = "pause"
+	// KindSkew skews the oracle host's clock (the leaseholder of range 1)
+	// by up to kvserver.FaultClockSkewMax, either way.
+	KindSkew Kind = "skew"
+	// KindDiskStall makes every fsync of one node's store wait until the
+	// heal.
+	KindDiskStall Kind = "disk-stall"
+	// KindSyncError makes every fsync of one node's store fail: the node
+	// must stop (one error line, exit status 1) and lose nothing it
+	// acknowledged. The heal restarts it.
+	KindSyncError Kind = "sync-error"
+	// KindLostReply loses, on every node, the replies of the next
+	// LostReplies commit writes after they applied, so that the clients'
+	// ambiguous-commit lookup runs.
+	KindLostReply Kind = "lost-reply"
 )
 
 // Kinds is every kind, in the order a schedule of all kinds injects them.
-var Kinds = []Kind{KindPartition, KindAsymmetric, KindOracle, KindDelay, KindKill, KindPause}
+var Kinds = []Kind{KindPartition, KindAsymmetric, KindOracle, KindDelay, KindKill, KindPause,
+	KindSkew, KindDiskStall, KindSyncError, KindLostReply}
+
+// LostReplies is how many commit replies KindLostReply loses per node.
+const LostReplies = 2
+
+// SkewMin is the smallest skew of KindSkew.
+const SkewMin = 100 * time.Millisecond
 
 // LinkDelay is the one-way delay of KindDelay.
 const LinkDelay = 200 * time.Millisecond
@@ -68,12 +91,18 @@ type fault struct {
 	kind   Kind
 	target int // slot
 	peer   int // slot, KindAsymmetric only
+	skew   time.Duration
 	at     time.Time
 }
 
 func (f *fault) String() string {
-	if f.kind == KindAsymmetric {
+	switch f.kind {
+	case KindAsymmetric:
 		return fmt.Sprintf("%s n%d->n%d", f.kind, f.target+1, f.peer+1)
+	case KindSkew:
+		return fmt.Sprintf("%s n%d %+v", f.kind, f.target+1, f.skew)
+	case KindLostReply:
+		return fmt.Sprintf("%s (%d per node)", f.kind, LostReplies)
 	}
 	return fmt.Sprintf("%s n%d", f.kind, f.target+1)
 }
@@ -82,7 +111,7 @@ func (f *fault) String() string {
 func (c *cluster) inject(ctx context.Context, db *client.DB, k Kind, rng *rand.Rand) (*fault, error) {
 	f := &fault{kind: k, target: rng.IntN(len(c.procs))}
 	f.peer = (f.target + 1 + rng.IntN(len(c.procs)-1)) % len(c.procs)
-	if k == KindOracle {
+	if k == KindOracle || k == KindSkew {
 		slot, err := c.oracleHost(ctx, db)
 		if err != nil {
 			return nil, err
@@ -104,6 +133,25 @@ func (c *cluster) inject(ctx context.Context, db *client.DB, k Kind, rng *rand.R
 	case KindPause:
 		c.procs[f.target].paused = true
 		return f, c.signal(f.target, syscall.SIGSTOP)
+	case KindSkew:
+		f.skew = SkewMin + time.Duration(rng.Int64N(int64(kvserver.FaultClockSkewMax-SkewMin)+1))
+		if rng.IntN(2) == 0 {
+			f.skew = -f.skew
+		}
+		return f, c.fault(ctx, f.target, url.Values{"skew": {f.skew.String()}})
+	case KindDiskStall:
+		// Stalled until the heal (bounded by the stall's own limit).
+		return f, c.fault(ctx, f.target, url.Values{"disk": {"stall"}, "for": {storage.FaultStallMax.String()}})
+	case KindSyncError:
+		return f, c.fault(ctx, f.target, url.Values{"disk": {"sync-error"}})
+	case KindLostReply:
+		f.target = -1
+		for i := range c.procs {
+			if err := c.fault(ctx, i, url.Values{"lost-replies": {fmt.Sprint(LostReplies)}}); err != nil {
+				return f, err
+			}
+		}
+		return f, nil
 	}
 	return nil, fmt.Errorf("nemesis: unknown fault kind %q", k)
 }
@@ -138,13 +186,18 @@ func (c *cluster) heal(ctx context.Context, f *fault) error {
 	case KindPause:
 		c.procs[f.target].paused = false
 		return c.signal(f.target, syscall.SIGCONT)
+	case KindSyncError:
+		if !c.procs[f.target].running() {
+			c.noteExit(f.target)
+			return c.start(ctx, f.target)
+		}
 	}
 	var first error
 	for i, p := range c.procs {
 		if !p.running() {
 			continue
 		}
-		if err := c.fault(ctx, i, url.Values{"heal": {"1"}}); err != nil && first == nil {
+		if err := c.fault(ctx, i, url.Values{"heal": {"1"}}); err != nil && first == nil && p.running() {
 			first = err
 		}
 	}
@@ -201,4 +254,12 @@ func (c *cluster) learnNodeIDs(ctx context.Context, db *client.DB) error {
 		}
 		return nil
 	})
+}
+
+// noteExit records how slot i's process ended (after a fault that must
+// stop it): its exit status and the last line of its log.
+func (c *cluster) noteExit(i int) {
+	p := c.procs[i]
+	code := p.cmd.ProcessState.ExitCode()
+	c.exits = append(c.exits, nodeExit{slot: i, code: code, line: lastLine(p.logPath)})
 }

@@ -36,6 +36,24 @@ type cluster struct {
 	extra []string // extra flags of every `canopy start`
 	procs []*proc
 	addrs []string
+	exits []nodeExit // processes that a fault stopped
+}
+
+// nodeExit is a process that stopped by itself under a fault.
+type nodeExit struct {
+	slot int
+	code int
+	line string // the last line of its log
+}
+
+// lastLine returns the last non-empty line of the file at path.
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return lines[len(lines)-1]
 }
 
 // newCluster reserves ports for n nodes (gRPC and HTTP) under dir.

@@ -70,6 +70,12 @@ type Report struct {
 	Outcomes   map[Outcome]int64
 	Violations []string
 	Recoveries []Recovery
+	// Exits are the processes that stopped by themselves under a fault
+	// (sync-error): "n2: exit status 1: <last log line>".
+	Exits []string
+	// AmbiguousResolved counts the commits whose outcome the clients first
+	// did not know and then looked up (client.Stats).
+	AmbiguousResolved int64
 	// CheckErr is set when the history could not be checked (no verdict:
 	// never a pass).
 	CheckErr error
@@ -293,9 +299,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Elapsed = time.Since(rep.Started)
 		return rep, runErr
 	}
+	rep.AmbiguousResolved = db.Stats().AmbiguousResolved
+	for _, e := range c.exits {
+		rep.Exits = append(rep.Exits, fmt.Sprintf("n%d: exit status %d: %s", e.slot+1, e.code, e.line))
+	}
 	logf("checking the history")
 	cctx := context.WithoutCancel(ctx)
 	rep.Violations, rep.CheckErr = wl.check(cctx, db)
+	for _, e := range c.exits {
+		// A node that meets a failed fsync must stop with one error line
+		// and exit status 1, never crash.
+		if e.code != 1 || !strings.HasPrefix(e.line, "error: ") {
+			rep.Violations = append(rep.Violations, fmt.Sprintf("unclean exit: n%d: exit status %d: %s", e.slot+1, e.code, e.line))
+		}
+	}
 	rep.Elapsed = time.Since(rep.Started)
 	return rep, nil
 }
@@ -329,6 +346,8 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(tw, "recovery (heal to first success)\tmin %v  median %v  max %v  (%d heals)\n",
 			minDur(recs).Round(time.Millisecond), medianDur(recs).Round(time.Millisecond), maxDur(recs).Round(time.Millisecond), len(recs))
 	}
+	fmt.Fprintf(tw, "commits looked up after an ambiguous reply\t%d\n", r.AmbiguousResolved)
+	fmt.Fprintf(tw, "nodes that stopped themselves\t%d\n", len(r.Exits))
 	fmt.Fprintf(tw, "heals without a success within %v\t%d\n", RecoveryMax, unrecovered)
 	byKind := map[Kind][]time.Duration{}
 	for _, rc := range r.Recoveries {
@@ -348,6 +367,9 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(tw, "violations\t%d\n", len(r.Violations))
 	}
 	_ = tw.Flush()
+	for _, e := range r.Exits {
+		fmt.Fprintf(w, "  stopped: %s\n", e)
+	}
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "  %s\n", v)
 	}

@@ -162,7 +162,7 @@ func (s *blobSet) path(num uint64) string { return filepath.Join(s.dir, vlog.Fil
 // file's unsynced tail is not truncated, obsolete files are not removed.
 // Pointers into the synced part of every listed file read as usual.
 func openBlobSetReadOnly(e *Engine) (*blobSet, error) {
-	s := &blobSet{e: e, fs: e.opts.FS, dir: filepath.Join(e.dir, "blob"), realFS: e.opts.FS == vfs.Default}
+	s := &blobSet{e: e, fs: e.opts.FS, dir: filepath.Join(e.dir, "blob"), realFS: IsOSFS(e.opts.FS)}
 	s.mu.files = map[uint64]*blobFile{}
 	s.mu.nextNum = 1
 	s.pending = map[uint64]int{}
@@ -197,7 +197,7 @@ func openBlobSetReadOnly(e *Engine) (*blobSet, error) {
 }
 
 func openBlobSet(e *Engine) (*blobSet, error) {
-	s := &blobSet{e: e, fs: e.opts.FS, dir: filepath.Join(e.dir, "blob"), realFS: e.opts.FS == vfs.Default}
+	s := &blobSet{e: e, fs: e.opts.FS, dir: filepath.Join(e.dir, "blob"), realFS: IsOSFS(e.opts.FS)}
 	s.mu.files = map[uint64]*blobFile{}
 	s.mu.nextNum = 1
 	s.pending = map[uint64]int{}

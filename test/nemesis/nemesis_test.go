@@ -101,7 +101,7 @@ func TestNemesisShort(t *testing.T) {
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	const interval, faultDuration = 2 * time.Second, 2500 * time.Millisecond
+	const interval, faultDuration = 2 * time.Second, 2 * time.Second
 	d := *duration
 	if d == 0 {
 		// Every kind once: each cycle is a quiet interval and a fault.
