@@ -56,7 +56,23 @@ func TestFaultEndpoint(t *testing.T) {
 			t.Errorf("POST %q = %d %s, want 400 invalid argument", q, code, body)
 		}
 	}
-	if code, body := do(on, http.MethodPost, "?heal=1"); code != http.StatusOK || !strings.Contains(body, `"links":{}`) {
+	for q, want := range map[string]string{
+		"?skew=-300ms":        `"skew":"-300ms"`,
+		"?lost-replies=2":     `"lost_replies":2`,
+		"?disk=sync-error":    `"sync_error":true`,
+		"?disk=stall&for=30s": `"disk_stall":"`,
+		"?disk=ok&skew=0":     `"links":{"2":{"drop":true}}`,
+	} {
+		if code, body := do(on, http.MethodPost, q); code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("POST %s = %d %s, want %s", q, code, body, want)
+		}
+	}
+	for _, q := range []string{"?skew=2s", "?skew=x", "?lost-replies=-1", "?lost-replies=1000", "?disk=melt", "?disk=stall", "?disk=stall&for=2h"} {
+		if code, body := do(on, http.MethodPost, q); code != http.StatusBadRequest || !strings.Contains(body, "invalid argument") {
+			t.Errorf("POST %q = %d %s, want 400 invalid argument", q, code, body)
+		}
+	}
+	if code, body := do(on, http.MethodPost, "?heal=1"); code != http.StatusOK || body != `{"node":0,"links":{}}` {
 		t.Errorf("POST heal = %d %s", code, body)
 	}
 }
