@@ -21,6 +21,8 @@ const (
 	RaftTickMax = 10 * time.Second
 	// ReplicationFactorMax bounds --replication-factor.
 	ReplicationFactorMax = 9
+	// DeadNodeTimeoutMax bounds --dead-node-timeout.
+	DeadNodeTimeoutMax = 7 * 24 * time.Hour
 	// DNSLookupTimeout bounds the check that --join's hosts resolve.
 	DNSLookupTimeout = 10 * time.Second
 	// DNSRetryInterval is the pause between lookups of a --join host that

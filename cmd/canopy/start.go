@@ -24,7 +24,7 @@ import (
 func init() {
 	var store, listen, advertise, join, mode, cpuprofile, minFree, rangeMaxSize, httpAddr string
 	var splitQPS int
-	var tick time.Duration
+	var tick, deadNodeTimeout time.Duration
 	var faultInjection bool
 	var threshold int
 	var sched replica.SchedulerConfig
@@ -40,6 +40,9 @@ func init() {
 				return fmt.Errorf("--storage-mode: %w", err)
 			}
 			if err := checkStartFlags(listen, advertise, peers, tick, threshold, sched); err != nil {
+				return err
+			}
+			if err := checkRange("dead-node-timeout", deadNodeTimeout, kvserver.DeadNodeTimeoutMin, DeadNodeTimeoutMax); err != nil {
 				return err
 			}
 			minFreeBytes, err := parseStoreMinFree(minFree)
@@ -68,6 +71,7 @@ func init() {
 				StoreMinFreeBytes: minFreeBytes,
 				RangeSplitBytes:   rangeMaxBytes,
 				RangeSplitQPS:     splitQPS,
+				DeadNodeTimeout:   deadNodeTimeout,
 				HTTPAddr:          httpAddr, Metrics: newMetricsRegistry(), // metrics.go
 				FaultInjection: faultInjection, // nemesis.go
 			})
@@ -118,7 +122,9 @@ func init() {
 	cmd.Flags().StringVar(&store, "store", "canopy-data", "directory of the node's store")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:26257", "address to serve gRPC on")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "address peers and clients use (default: --listen)")
-	cmd.Flags().StringVar(&join, "join", "", "comma-separated addresses of every node of the cluster, in the same form as their --listen")
+	cmd.Flags().StringVar(&join, "join", "", "comma-separated addresses of the cluster's nodes, in the same form as their --listen: of every node of a cluster to form with `canopy init`, or of some nodes of a running cluster for a node with an empty store to join it")
+	cmd.Flags().DurationVar(&deadNodeTimeout, "dead-node-timeout", kvserver.DefaultDeadNodeTimeout,
+		"a node not heard from for this long is dead: its replicas are rebuilt on live nodes (as CockroachDB's server.time_until_store_dead)")
 	cmd.Flags().DurationVar(&tick, "raft-tick", 100*time.Millisecond, "Raft tick; elections take 10-20 ticks")
 	cmd.Flags().StringVar(&mode, "storage-mode", "inline", "value separation of this store: inline, rewrite, punch or pebble (see docs/BENCHMARKS.md)")
 	cmd.Flags().IntVar(&threshold, "value-threshold", storage.DefaultThresholdBytes, "values of at least this many bytes go to blob files (separating modes)")

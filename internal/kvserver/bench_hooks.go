@@ -37,7 +37,11 @@ func (n *Node) preferredLeaderOf(d *rpcpb.RangeDescriptor) uint64 {
 			}
 		}
 	}
-	return preferredLeader(d)
+	// Leases go to nodes that stay: ACTIVE and live (replicate.go).
+	self := n.NodeID()
+	return preferredLeaderAmong(d, func(id uint64) bool {
+		return n.membership(id) == rpcpb.NodeMembership_ACTIVE && (id == self || n.liveness == nil || n.liveness.isLive(id))
+	})
 }
 
 // ReadIndexRounds sums the ReadIndex rounds that callers waited for

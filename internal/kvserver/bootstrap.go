@@ -124,7 +124,11 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 		data = append(data, &rpcpb.KeyValue{Key: keys.MetaKey(d.EndKey), Value: v})
 	}
 	for _, nd := range nodes {
-		data = append(data, &rpcpb.KeyValue{Key: keys.NodeKey(nd.NodeId), Value: []byte(nd.Address)})
+		rec, err := proto.Marshal(&rpcpb.NodeRecord{NodeId: nd.NodeId, Address: nd.Address})
+		if err != nil {
+			return nil, pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)
+		}
+		data = append(data, &rpcpb.KeyValue{Key: keys.NodeKey(nd.NodeId), Value: rec})
 	}
 	data = append(data, &rpcpb.KeyValue{Key: keys.RangeIDKey, Value: binary.BigEndian.AppendUint64(nil, uint64(len(ranges)))})
 	// Peers first, this node last: a failure leaves this node free to retry.
@@ -156,6 +160,8 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 // join makes this node a member: it persists its identity and creates
 // its replicas of the initial ranges.
 func (n *Node) join(req *rpcpb.JoinRequest) *rpcpb.Error {
+	n.joinMu.Lock()
+	defer n.joinMu.Unlock()
 	if n.bootstrapped() {
 		if s := n.settings(); s != nil && s.ClusterId == req.Settings.GetClusterId() && n.NodeID() == req.NodeId {
 			return nil
@@ -177,7 +183,7 @@ func (n *Node) join(req *rpcpb.JoinRequest) *rpcpb.Error {
 		if err := writeDesc(b, d); err != nil {
 			return pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)
 		}
-		if err := replica.WriteInitialState(b, d.RangeId, voters(d), raftpb.HardState{}); err != nil {
+		if err := replica.WriteInitialConfState(b, d.RangeId, confStateOf(d), raftpb.HardState{}); err != nil {
 			return pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)
 		}
 		if err := b.Set(registryKey(d.RangeId), nil); err != nil {

@@ -64,6 +64,13 @@ func (l *liveness) isLive(nodeID uint64) bool {
 	return l.mu.now-l.mu.heard[nodeID] < l.deadTicks
 }
 
+// silentTicks returns how many ticks ago nodeID was last heard from.
+func (l *liveness) silentTicks(nodeID uint64) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.now - l.mu.heard[nodeID]
+}
+
 // dead returns the peers among ids that are not live (nil if none).
 func (l *liveness) dead(ids []uint64) map[uint64]bool {
 	l.mu.Lock()

@@ -92,6 +92,17 @@ type Config struct {
 	// HTTPListener, if set, is used instead.
 	HTTPAddr     string
 	HTTPListener net.Listener
+	// DeadNodeTimeout: a node not heard from for this long is dead: the
+	// replicate queue rebuilds its replicas on other nodes (default
+	// DefaultDeadNodeTimeout, at least DeadNodeTimeoutMin).
+	DeadNodeTimeout time.Duration
+	// MembersRefreshInterval is how often the node reads the cluster's
+	// members (membership.go; default DefaultMembersRefreshInterval).
+	MembersRefreshInterval time.Duration
+	// ReplicateChangesMax bounds the replica changes the node's replicate
+	// queue makes in one balance round (default
+	// DefaultReplicateChangesMax).
+	ReplicateChangesMax int
 	// Metrics is the registry the node's metrics (and those of its engine,
 	// Raft scheduler and oracle) are registered on, and that /metrics
 	// serves. nil: a registry of the node's own.
@@ -170,6 +181,21 @@ func (c *Config) ensureDefaults() error {
 			return fmt.Errorf("kvserver: Config.%s is negative (%v)", name, d)
 		}
 	}
+	if c.DeadNodeTimeout == 0 {
+		c.DeadNodeTimeout = DefaultDeadNodeTimeout
+	}
+	if c.DeadNodeTimeout < DeadNodeTimeoutMin {
+		return fmt.Errorf("kvserver: Config.DeadNodeTimeout %v is below DeadNodeTimeoutMin (%v)", c.DeadNodeTimeout, DeadNodeTimeoutMin)
+	}
+	if c.MembersRefreshInterval == 0 {
+		c.MembersRefreshInterval = DefaultMembersRefreshInterval
+	}
+	if c.ReplicateChangesMax == 0 {
+		c.ReplicateChangesMax = DefaultReplicateChangesMax
+	}
+	if c.MembersRefreshInterval < 0 || c.ReplicateChangesMax < 0 {
+		return fmt.Errorf("kvserver: Config.MembersRefreshInterval (%v) and ReplicateChangesMax (%d) must not be negative", c.MembersRefreshInterval, c.ReplicateChangesMax)
+	}
 	if c.DiskFullLogInterval == 0 {
 		c.DiskFullLogInterval = DefaultDiskFullLogInterval
 	}
@@ -235,7 +261,17 @@ type Node struct {
 		// oracleTerm is the Raft term in which this node leads range 1
 		// and hosts the oracle; 0 when it does not.
 		oracleTerm uint64
+		// members: the cluster's members as last read (membership.go).
+		members members
 	}
+	// storeID is the random ID of the store (membership.go).
+	storeID string
+	// joinMu serializes join (a Join from `canopy init`, and this node's
+	// own request to join a running cluster).
+	joinMu sync.Mutex
+	// replicate: what the replicate queue remembers (replicate.go); only
+	// the balance loop uses it.
+	replicate replicateState
 	// active is the set of replicas that may not be quiescent, by range
 	// ID: tick's working set. A replica joins it when created and when it
 	// wakes (replica.Config.OnWake); tick drops the quiescent ones. So a
@@ -368,6 +404,12 @@ func Start(cfg Config) (*Node, error) {
 		_ = eng.Close()
 		return nil, fmt.Errorf("kvserver: store %s: %w", cfg.StoreDir, err)
 	}
+	if n.storeID, err = n.loadStoreID(); err != nil { // membership.go
+		_ = lis.Close()
+		n.sched.Close()
+		_ = eng.Close()
+		return nil, err
+	}
 	if err := n.loadRanges(); err != nil {
 		_ = lis.Close()
 		for _, rr := range n.replicaList() {
@@ -396,6 +438,15 @@ func Start(cfg Config) (*Node, error) {
 	go n.runEvery(n.cfg.GCInterval, n.collectLedRanges)
 	n.wg.Add(1)
 	go n.runEvery(SnapshotStreamTTL/2, func() { n.cleanSnapshots(false) })
+	n.wg.Add(1)
+	go n.runEvery(n.cfg.MembersRefreshInterval, n.refreshMembers)
+	if !n.bootstrapped() && len(n.cfg.Join) > 0 {
+		n.wg.Add(1)
+		go n.joinRunning() // membership.go
+	} else if n.bootstrapped() {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.refreshMembers() }()
+	}
 	if n.bootstrapped() {
 		// A store of another cluster on one of this cluster's addresses
 		// is refused by the others; identity.go.
@@ -615,8 +666,14 @@ func (n *Node) loadRanges() error {
 		if err != nil {
 			return err
 		}
-		if _, err := n.newReplica(id, d); err != nil {
+		rr, err := n.newReplica(id, d)
+		if err != nil {
 			return err
+		}
+		if d != nil && replicaOn(d, n.NodeID()) == nil {
+			// Removed from the range; the node stopped before it removed
+			// the replica's state.
+			go n.removeReplica(rr, d, "not in its descriptor at start")
 		}
 	}
 	return nil
@@ -636,6 +693,13 @@ func (n *Node) newReplica(rangeID uint64, desc *rpcpb.RangeDescriptor) (*rangeRe
 // newReplicaRefusingVotes is newReplica for a replica that drops vote
 // requests until refuseVotesUntil (replica.Config.RefuseVotesUntil).
 func (n *Node) newReplicaRefusingVotes(rangeID uint64, desc *rpcpb.RangeDescriptor, refuseVotesUntil time.Time) (*rangeReplica, error) {
+	return n.newReplicaPeer(rangeID, desc, 0, refuseVotesUntil)
+}
+
+// newReplicaPeer creates the replica with Raft peer ID peer; 0: this
+// node's replica in the descriptor (given, or loaded from the engine), or
+// the node ID (an uninitialized replica of the initial layout's kind).
+func (n *Node) newReplicaPeer(rangeID uint64, desc *rpcpb.RangeDescriptor, peer uint64, refuseVotesUntil time.Time) (*rangeReplica, error) {
 	n.mu.RLock()
 	if t := n.mu.refuseVotes[rangeID]; t.After(refuseVotesUntil) {
 		refuseVotesUntil = t
@@ -647,11 +711,17 @@ func (n *Node) newReplicaRefusingVotes(rangeID uint64, desc *rpcpb.RangeDescript
 			return nil, err
 		}
 	}
+	if peer == 0 {
+		peer = n.NodeID()
+		if me := replicaOn(desc, n.NodeID()); me != nil {
+			peer = peerID(me)
+		}
+	}
 	sm := &rangeSM{n: n, rangeID: rangeID}
 	sm.setDesc(desc)
 	r, err := replica.New(replica.Config{
 		RangeID:          rangeID,
-		NodeID:           n.NodeID(),
+		PeerID:           peer,
 		Engine:           n.eng,
 		SM:               sm,
 		Transport:        n.transport,
@@ -666,7 +736,7 @@ func (n *Node) newReplicaRefusingVotes(rangeID uint64, desc *rpcpb.RangeDescript
 	if err != nil {
 		return nil, err
 	}
-	rr := &rangeReplica{r: r, sm: sm, latches: concurrency.NewLatchManager()}
+	rr := &rangeReplica{r: r, peer: peer, sm: sm, latches: concurrency.NewLatchManager()}
 	rr.locks.table = concurrency.NewLockTable(concurrency.Config{Detector: n.detector})
 	n.mu.Lock()
 	if old := n.mu.replicas[rangeID]; old != nil {
@@ -723,12 +793,26 @@ func (n *Node) startRange(d *rpcpb.RangeDescriptor) {
 	}
 }
 
-// preferredLeader spreads leaseholders over nodes by range ID.
+// preferredLeader spreads leaseholders over nodes by range ID: the voter
+// at position range ID modulo the number of voters.
 func preferredLeader(d *rpcpb.RangeDescriptor) uint64 {
-	if len(d.Replicas) == 0 {
+	return preferredLeaderAmong(d, func(uint64) bool { return true })
+}
+
+// preferredLeaderAmong is preferredLeader over the voters on nodes ok
+// accepts: from the preferred position on, the first one it accepts.
+func preferredLeaderAmong(d *rpcpb.RangeDescriptor, ok func(nodeID uint64) bool) uint64 {
+	vs := voters(d)
+	if len(vs) == 0 {
 		return 0
 	}
-	return d.Replicas[d.RangeId%uint64(len(d.Replicas))].NodeId
+	start := int(d.RangeId % uint64(len(vs)))
+	for i := range vs {
+		if id := vs[(start+i)%len(vs)]; ok(id) {
+			return id
+		}
+	}
+	return 0
 }
 
 func (n *Node) reportUnreachable(rangeID uint64, m *raftpb.Message) {
@@ -765,7 +849,30 @@ func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) error {
 		// candidate retries after its election timeout.
 		return nil
 	}
+	if replica.NodeOf(m.To) != n.NodeID() {
+		return nil
+	}
 	rr := n.replica(rm.RangeId)
+	if rr != nil && rr.peer != m.To {
+		if replica.ReplicaIDOf(m.To) < replica.ReplicaIDOf(rr.peer) {
+			return nil // for a replica removed from here before this one came
+		}
+		// The range added a newer replica here: this one was removed (one
+		// replica per node per range) and never learnt it.
+		n.removeReplica(rr, nil, "a newer replica of the range was added on this node")
+		if rr = n.replica(rm.RangeId); rr != nil {
+			return nil // not removed (logged); Raft sends again
+		}
+	}
+	if rr == nil {
+		tomb, err := loadTombstone(n.eng, rm.RangeId)
+		if err != nil {
+			return err
+		}
+		if replica.ReplicaIDOf(m.To) < tomb {
+			return nil // a late message for a removed replica
+		}
+	}
 	if rm.Quiesce && rr != nil {
 		if !n.checkHeartbeatCommit(rr, &m) {
 			return nil
@@ -780,7 +887,7 @@ func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) error {
 	}
 	if rr == nil {
 		var err error
-		if rr, err = n.newReplica(rm.RangeId, nil); err != nil {
+		if rr, err = n.newReplicaPeer(rm.RangeId, nil, m.To, time.Time{}); err != nil {
 			n.log.Error("creating replica", "range", rm.RangeId, "err", err)
 			return err
 		}
@@ -1006,6 +1113,11 @@ func (n *Node) balance() {
 		n.mu.RUnlock()
 	}
 	splitDone := false
+	defer func() {
+		if !lowDisk {
+			n.replicateRound(reps) // replicate.go
+		}
+	}()
 	for _, rr := range reps {
 		st := rr.r.Status()
 		d := rr.sm.Desc()

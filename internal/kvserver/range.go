@@ -21,7 +21,9 @@ import (
 
 // rangeReplica is a replica with its state machine and latches.
 type rangeReplica struct {
-	r       *replica.Replica
+	r *replica.Replica
+	// peer is the replica's Raft peer ID (replica.PeerID).
+	peer    uint64
 	sm      *rangeSM
 	latches *concurrency.LatchManager
 	locks   rangeLocks
@@ -131,12 +133,74 @@ func loadDesc(r storage.Reader, rangeID uint64) (*rpcpb.RangeDescriptor, error) 
 	return d, nil
 }
 
+// voters returns the nodes of d's voting replicas (a joint
+// configuration's incoming and outgoing voters included).
 func voters(d *rpcpb.RangeDescriptor) []uint64 {
 	out := make([]uint64, 0, len(d.Replicas))
 	for _, r := range d.Replicas {
-		out = append(out, r.NodeId)
+		if r.Type != rpcpb.ReplicaType_LEARNER {
+			out = append(out, r.NodeId)
+		}
 	}
 	return out
+}
+
+// peerID is the Raft peer ID of the replica rd (replica.PeerID).
+func peerID(rd *rpcpb.ReplicaDescriptor) uint64 { return replica.PeerID(rd.ReplicaId, rd.NodeId) }
+
+// replicaOn returns d's replica on node nodeID, nil if none.
+func replicaOn(d *rpcpb.RangeDescriptor, nodeID uint64) *rpcpb.ReplicaDescriptor {
+	if d == nil {
+		return nil
+	}
+	for _, r := range d.Replicas {
+		if r.NodeId == nodeID {
+			return r
+		}
+	}
+	return nil
+}
+
+// confStateOf is the Raft configuration d describes: VOTER and
+// VOTER_INCOMING replicas vote in the (incoming) configuration; while one
+// is joint (any VOTER_INCOMING or VOTER_OUTGOING), VOTER and
+// VOTER_OUTGOING ones form the outgoing one; LEARNERs are learners.
+func confStateOf(d *rpcpb.RangeDescriptor) raftpb.ConfState {
+	var cs raftpb.ConfState
+	joint := false
+	for _, r := range d.Replicas {
+		if t := r.Type; t == rpcpb.ReplicaType_VOTER_INCOMING || t == rpcpb.ReplicaType_VOTER_OUTGOING {
+			joint = true
+		}
+	}
+	for _, r := range d.Replicas {
+		id := peerID(r)
+		switch r.Type {
+		case rpcpb.ReplicaType_VOTER:
+			cs.Voters = append(cs.Voters, id)
+			if joint {
+				cs.VotersOutgoing = append(cs.VotersOutgoing, id)
+			}
+		case rpcpb.ReplicaType_VOTER_INCOMING:
+			cs.Voters = append(cs.Voters, id)
+		case rpcpb.ReplicaType_VOTER_OUTGOING:
+			cs.VotersOutgoing = append(cs.VotersOutgoing, id)
+		case rpcpb.ReplicaType_LEARNER:
+			cs.Learners = append(cs.Learners, id)
+		}
+	}
+	return cs
+}
+
+// changing reports whether d is in the middle of a replica change (a
+// learner, or a joint configuration): splits wait for it to end.
+func changing(d *rpcpb.RangeDescriptor) bool {
+	for _, r := range d.Replicas {
+		if r.Type != rpcpb.ReplicaType_VOTER {
+			return true
+		}
+	}
+	return false
 }
 
 // appliedResult is the result of an evaluated command that applied: the
@@ -206,6 +270,10 @@ func (s *rangeSM) Apply(b *storage.Batch, index, term uint64, data []byte) (any,
 		return &rpcpb.BatchResponse{}, nil
 	case c.Gc != nil:
 		return s.applyGC(b, desc, c.Gc)
+	case c.AddNode != nil:
+		return s.applyAddNode(b, desc, c.AddNode) // membership.go
+	case c.SetMembership != nil:
+		return s.applySetMembership(b, desc, c.SetMembership)
 	case c.AllocRangeId != nil:
 		if !eval.ContainsKey(desc, keys.RangeIDKey) {
 			return fail(pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "range ID counter outside r%d", s.rangeID))
@@ -263,6 +331,11 @@ func (s *rangeSM) applySplit(b *storage.Batch, desc *rpcpb.RangeDescriptor, sc *
 	if desc == nil || desc.Generation != sc.ExpectedGeneration {
 		return fail(pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "r%d changed before the split applied", s.rangeID))
 	}
+	if changing(desc) {
+		// The right hand side starts from the descriptor's configuration;
+		// a change in flight would leave it half done there.
+		return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "r%d is changing its replicas; split it later", s.rangeID))
+	}
 	if bytes.Compare(sc.SplitKey, desc.StartKey) <= 0 || bytes.Compare(sc.SplitKey, desc.EndKey) >= 0 {
 		return fail(pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "split key %q is not inside r%d [%q, %q)", sc.SplitKey, s.rangeID, desc.StartKey, desc.EndKey))
 	}
@@ -287,7 +360,7 @@ func (s *rangeSM) applySplit(b *storage.Batch, desc *rpcpb.RangeDescriptor, sc *
 		_ = hard.Unmarshal(v)
 	}
 	hard.Commit = 0
-	if err := replica.WriteInitialState(b, right.RangeId, voters(right), hard); err != nil {
+	if err := replica.WriteInitialConfState(b, right.RangeId, confStateOf(right), hard); err != nil {
 		panic(err)
 	}
 	// The right hand side inherits the GC threshold: reads below it, and

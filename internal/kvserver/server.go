@@ -12,6 +12,7 @@ import (
 	"github.com/canopy-db/canopy/internal/concurrency"
 	"github.com/canopy-db/canopy/internal/eval"
 	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/storage"
 	"google.golang.org/protobuf/proto"
@@ -379,10 +380,14 @@ func (s *kvService) NodeStatus(ctx context.Context, _ *rpcpb.NodeStatusRequest) 
 		Version: buildinfo.Get().String(), StoreBytes: n.eng.DiskBytes()}
 	for _, rr := range n.replicaList() {
 		st := rr.r.Status()
-		resp.Ranges = append(resp.Ranges, &rpcpb.RangeStatus{
+		rs := &rpcpb.RangeStatus{
 			Range: rr.sm.Desc(), LeaderNodeId: st.Leader, RaftTerm: st.Term,
 			RaftCommittedIndex: st.Commit, RaftAppliedIndex: st.Applied,
-		})
+		}
+		if st.IsLeader {
+			rs.Followers = followerProgress(rs.Range, rr.r.Progress())
+		}
+		resp.Ranges = append(resp.Ranges, rs)
 	}
 	return resp, nil
 }
@@ -435,6 +440,8 @@ func (s *internalService) Propose(ctx context.Context, req *rpcpb.ProposeRequest
 		return &rpcpb.ProposeResponse{Error: r.Error}, nil
 	case rangeIDResult:
 		return &rpcpb.ProposeResponse{Value: uint64(r)}, nil
+	case nodeIDResult:
+		return &rpcpb.ProposeResponse{Value: uint64(r)}, nil
 	}
 	return &rpcpb.ProposeResponse{}, nil
 }
@@ -446,10 +453,27 @@ func (s *internalService) Join(ctx context.Context, req *rpcpb.JoinRequest) (*rp
 
 // Ping implements rpcpb.InternalServer.
 func (s *internalService) Ping(ctx context.Context, _ *rpcpb.PingRequest) (*rpcpb.PingResponse, error) {
-	return &rpcpb.PingResponse{NodeId: s.n.NodeID(), Bootstrapped: s.n.bootstrapped()}, nil
+	return &rpcpb.PingResponse{NodeId: s.n.NodeID(), Bootstrapped: s.n.bootstrapped(), StoreId: s.n.storeID}, nil
 }
 
 // Status returns the node's status (as NodeStatus over RPC).
 func (n *Node) Status(ctx context.Context) (*rpcpb.NodeStatusResponse, error) {
 	return (&kvService{n: n}).NodeStatus(ctx, &rpcpb.NodeStatusRequest{})
+}
+
+// followerProgress describes a leader's view of its followers (canopy
+// status: each follower's lag).
+func followerProgress(d *rpcpb.RangeDescriptor, prs []replica.PeerProgress) []*rpcpb.FollowerProgress {
+	out := make([]*rpcpb.FollowerProgress, 0, len(prs))
+	for _, p := range prs {
+		fp := &rpcpb.FollowerProgress{NodeId: replica.NodeOf(p.PeerID), ReplicaId: replica.ReplicaIDOf(p.PeerID),
+			Match: p.Match, Lag: p.Lag, State: p.State, RecentActive: p.RecentActive}
+		if rd := replicaOn(d, fp.NodeId); rd != nil {
+			fp.Type = rd.Type
+		} else if p.Learner {
+			fp.Type = rpcpb.ReplicaType_LEARNER
+		}
+		out = append(out, fp)
+	}
+	return out
 }

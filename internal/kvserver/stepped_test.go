@@ -206,7 +206,7 @@ func (n *steppedNode) newReplicaRefusingVotes(rangeID uint64, desc *rpcpb.RangeD
 	rr := &rangeReplica{sm: sm, latches: concurrency.NewLatchManager()}
 	r, err := replica.New(replica.Config{
 		RangeID:          rangeID,
-		NodeID:           n.id,
+		PeerID:           n.id,
 		Engine:           n.eng,
 		SM:               &steppedSM{rangeSM: sm, env: n.env},
 		Transport:        n,

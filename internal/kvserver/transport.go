@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -212,13 +213,15 @@ func (t *transport) send(rangeID uint64, msgs []raftpb.Message, quiesce bool) {
 		if err != nil {
 			panic(err)
 		}
-		p := t.peer(m.To)
+		// Raft names replicas by peer ID; the node is packed in it.
+		to := replica.NodeOf(m.To)
+		p := t.peer(to)
 		if p == nil {
 			t.env.reportUnreachable(rangeID, m)
 			continue
 		}
 		out := outgoingMessage{
-			msg:      &rpcpb.RaftMessage{RangeId: rangeID, FromNodeId: m.From, ToNodeId: m.To, Message: data, Quiesce: quiesce},
+			msg:      &rpcpb.RaftMessage{RangeId: rangeID, FromNodeId: replica.NodeOf(m.From), ToNodeId: to, Message: data, Quiesce: quiesce},
 			snapshot: m.Type == raftpb.MsgSnap,
 		}
 		select {

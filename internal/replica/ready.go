@@ -144,6 +144,9 @@ func (r *Replica) persisted(p *pendingReady) {
 			if p := r.proposals[id]; p != nil && id != 0 {
 				r.byIndex[e.Index] = p
 			}
+			if e.Type == raftpb.EntryConfChange || e.Type == raftpb.EntryConfChangeV2 {
+				r.pendingConfIndex = max(r.pendingConfIndex, e.Index)
+			}
 		}
 	}
 	if !raft.IsEmptyHardState(rd.HardState) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,20 @@ type StateMachine interface {
 	ApplySnapshot(b *storage.Batch, data []byte) (after func(), err error)
 }
 
+// ConfChangeStateMachine is a StateMachine that takes part in Raft
+// configuration changes (ProposeConfChange). Without it, every
+// configuration change entry is applied to Raft as it is.
+type ConfChangeStateMachine interface {
+	StateMachine
+	// ApplyConfChange decides, deterministically from the replicated state
+	// (every replica decides alike, I5), whether the configuration change
+	// cc of the entry at (index, term), proposed with command cmd, takes
+	// effect, and if so writes its effect into b (as Apply). A refused
+	// change writes nothing and leaves Raft's configuration as it is. The
+	// result and after are as Apply's.
+	ApplyConfChange(b *storage.Batch, index, term uint64, cc raftpb.ConfChangeV2, cmd []byte) (accept bool, result any, after func())
+}
+
 // Transport sends Raft messages of a range to other nodes. Send must not
 // block on the network; messages may be lost (Raft retransmits).
 type Transport interface {
@@ -74,8 +89,9 @@ const QuiesceIdleTicks = 3
 // Config configures a Replica. Zero fields take defaults.
 type Config struct {
 	RangeID uint64
-	// NodeID is the Raft ID of this replica (one replica per node per range).
-	NodeID    uint64
+	// PeerID is the Raft ID of this replica: its replica ID and node ID
+	// packed (PeerID, peer.go; one replica per node per range).
+	PeerID    uint64
 	Engine    *storage.Engine
 	SM        StateMachine
 	Transport Transport
@@ -179,10 +195,19 @@ type Status struct {
 	Applied  uint64
 	// Truncated is the index of the last entry removed from the log.
 	Truncated uint64
-	// CaughtUp lists, on the leader, the followers whose log matches the
-	// leader's and that were recently active: safe targets for a
-	// leadership transfer.
+	// LeaderPeer is the leader's Raft peer ID (Leader is its node).
+	LeaderPeer uint64
+	// CaughtUp lists, on the leader, the nodes of the voting followers
+	// whose log matches the leader's and that were recently active: safe
+	// targets for a leadership transfer. Node IDs, as Leader,
+	// Replicating and LearnersReplicating.
 	CaughtUp []uint64
+	// LearnersReplicating lists, on the leader, the nodes of the learners
+	// that take appends (StateReplicate) and were recently active: they
+	// hold a snapshot and follow the log, ready to be promoted.
+	LearnersReplicating []uint64
+	// Joint: the configuration is joint (a voter is being swapped).
+	Joint bool
 	// Replicating lists, on the leader, the followers that were recently
 	// active and take appends (Raft's StateReplicate): neither waiting for
 	// a snapshot nor probed for where their log diverges. They may lag by
@@ -223,7 +248,10 @@ type proposal struct {
 	// worker (or in Stop, or in the proposer) and must not block.
 	finished func(result any, err error)
 	done     chan proposalResult // buffered, receives once
-	handed   bool                // given to RawNode.Propose; guarded by Replica.mu
+	// cc, if not nil, makes this a configuration change proposal: its
+	// Context is the proposal id followed by the command (data).
+	cc     *raftpb.ConfChangeV2
+	handed bool // given to RawNode.Propose; guarded by Replica.mu
 	// over: finish was called. Guarded by Replica.raftMu once the
 	// proposal is in the inbox; before that, by the proposer alone.
 	over bool
@@ -351,11 +379,16 @@ type Replica struct {
 	appliedTerm uint64 // the term of the entry at applied
 	truncIndex  uint64
 	lastIndex   uint64
-	proposals   map[uint64]*proposal // by proposal id, handed to Raft
-	byIndex     map[uint64]*proposal // by log index, once appended
-	readCtx     map[string]*readRequest
-	lease       leaderLease
-	applyWait   []*readWaiter // have a read index, wait for applied >= index
+	// pendingConfIndex is the index of the last configuration change
+	// appended to the log (0: none yet). Raft silently turns a conf change
+	// into an empty entry while an earlier one is not applied, so none is
+	// proposed before applied reaches it (drainInbox).
+	pendingConfIndex uint64
+	proposals        map[uint64]*proposal // by proposal id, handed to Raft
+	byIndex          map[uint64]*proposal // by log index, once appended
+	readCtx          map[string]*readRequest
+	lease            leaderLease
+	applyWait        []*readWaiter // have a read index, wait for applied >= index
 	// idleTicks counts the ticks a leader has taken since the last
 	// proposal, read, campaign, transfer or commit index change;
 	// idleCommit is the commit index at the last of those.
@@ -412,7 +445,7 @@ func New(cfg Config) (*Replica, error) {
 	r.truncIndex = ps.truncIndex
 	r.lastIndex, _ = ms.LastIndex()
 	rn, err := raft.NewRawNode(&raft.Config{
-		ID:                        cfg.NodeID,
+		ID:                        cfg.PeerID,
 		ElectionTick:              cfg.ElectionTicks,
 		HeartbeatTick:             cfg.HeartbeatTicks,
 		Storage:                   r.rs,
@@ -422,10 +455,14 @@ func New(cfg Config) (*Replica, error) {
 		MaxCommittedSizePerReady:  8 << 20,
 		MaxUncommittedEntriesSize: 64 << 20,
 		CheckQuorum:               true,
+		// A leader removed from its range's configuration steps down (the
+		// node moves the lease away before it removes the leader's own
+		// replica; this is the backstop).
+		StepDownOnRemoval:         true,
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
 		DisableProposalForwarding: true,
-		Logger:                    raftLogger{cfg.Logger.With("component", "raft", "node", fmt.Sprintf("n%d", cfg.NodeID), "range", cfg.RangeID)},
+		Logger:                    raftLogger{cfg.Logger.With("component", "raft", "node", fmt.Sprintf("n%d", NodeOf(cfg.PeerID)), "range", cfg.RangeID)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("replica r%d: %w", cfg.RangeID, err)
@@ -629,15 +666,30 @@ func (r *Replica) queueProposal(cmd []byte, term uint64, finished func(result an
 	}
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
+	return r.queueProposalWithID(cmd, term, finished, binary.BigEndian.Uint64(idb[:])|1, nil) // 0 marks "no id"
+}
+
+// queueProposalWithID is queueProposal with the proposal's id given, and
+// for a configuration change (cc not nil, its Context already holding id).
+func (r *Replica) queueProposalWithID(cmd []byte, term uint64, finished func(result any, err error), id uint64, cc *raftpb.ConfChangeV2) (*proposal, error) {
+	if st := r.Status(); !st.IsLeader || (term != 0 && st.Term != term) {
+		if finished != nil {
+			finished(nil, ErrNotLeader)
+		}
+		return nil, ErrNotLeader
+	}
 	p := &proposal{
-		id:       binary.BigEndian.Uint64(idb[:]) | 1, // 0 marks "no id"
+		id:       id,
 		term:     term,
 		finished: finished,
 		done:     make(chan proposalResult, 1),
+		cc:       cc,
 	}
-	p.data = make([]byte, 8, 8+len(cmd))
-	binary.BigEndian.PutUint64(p.data, p.id)
-	p.data = append(p.data, cmd...)
+	if cc == nil {
+		p.data = make([]byte, 8, 8+len(cmd))
+		binary.BigEndian.PutUint64(p.data, p.id)
+		p.data = append(p.data, cmd...)
+	}
 	r.mu.Lock()
 	if r.mu.stopped {
 		r.mu.Unlock()
@@ -699,6 +751,30 @@ func (r *Replica) ProposeEvaluated(ctx context.Context, cmd []byte, term uint64,
 	}
 }
 
+// ProposeConfChange proposes the configuration change cc, carrying cmd for
+// the state machine (ConfChangeStateMachine.ApplyConfChange), and returns
+// the result of applying it, with Propose's three outcomes. A change Raft
+// would refuse now (an earlier one not applied yet, a joint configuration
+// to leave first) is dropped (ErrProposalDropped) and may be retried.
+func (r *Replica) ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeV2, cmd []byte) (any, error) {
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	id := binary.BigEndian.Uint64(idb[:]) | 1
+	cc.Context = append(binary.BigEndian.AppendUint64(nil, id), cmd...)
+	p, err := r.queueProposalWithID(nil, 0, nil, id, &cc)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case res := <-p.done:
+		return res.result, res.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %v", ErrAmbiguous, ctx.Err())
+	case <-r.stopc:
+		return nil, ErrAmbiguous
+	}
+}
+
 // WaitLeaseholder waits until the replica is the leaseholder (see
 // Status.Leaseholder). It returns ErrNotLeader as soon as the replica is not
 // the leader: a new leader becomes leaseholder within one Raft round.
@@ -743,30 +819,42 @@ func (r *Replica) ReadIndex(ctx context.Context) error {
 
 func (r *Replica) publishStatus() {
 	bs := r.rn.BasicStatus()
-	var caughtUp, replicating []uint64
+	var caughtUp, replicating, learners []uint64
 	if bs.RaftState == raft.StateLeader {
-		r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
-			if id != r.cfg.NodeID && pr.RecentActive && pr.Match == r.lastIndex {
-				caughtUp = append(caughtUp, id)
+		r.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
+			if id == r.cfg.PeerID || !pr.RecentActive {
+				return
 			}
-			if id != r.cfg.NodeID && pr.RecentActive && pr.State == tracker.StateReplicate {
-				replicating = append(replicating, id)
+			if typ == raft.ProgressTypeLearner {
+				if pr.State == tracker.StateReplicate {
+					learners = append(learners, NodeOf(id))
+				}
+				return
+			}
+			if pr.Match == r.lastIndex {
+				caughtUp = append(caughtUp, NodeOf(id))
+			}
+			if pr.State == tracker.StateReplicate {
+				replicating = append(replicating, NodeOf(id))
 			}
 		})
 	}
 	isLeader := bs.RaftState == raft.StateLeader
 	st := &Status{
-		CaughtUp:    caughtUp,
-		Replicating: replicating,
-		RangeID:     r.cfg.RangeID,
-		Leader:      bs.Lead,
-		IsLeader:    isLeader,
-		Term:        bs.Term,
-		Commit:      bs.Commit,
-		Applied:     r.applied,
-		Truncated:   r.truncIndex,
-		Leaseholder: isLeader && r.appliedTerm == bs.Term,
-		Quiescent:   r.quiescent.Load(),
+		CaughtUp:            caughtUp,
+		Replicating:         replicating,
+		LearnersReplicating: learners,
+		Joint:               len(r.confState.VotersOutgoing) > 0,
+		RangeID:             r.cfg.RangeID,
+		Leader:              NodeOf(bs.Lead),
+		LeaderPeer:          bs.Lead,
+		IsLeader:            isLeader,
+		Term:                bs.Term,
+		Commit:              bs.Commit,
+		Applied:             r.applied,
+		Truncated:           r.truncIndex,
+		Leaseholder:         isLeader && r.appliedTerm == bs.Term,
+		Quiescent:           r.quiescent.Load(),
 	}
 	if st.Leaseholder && r.lease.term == bs.Term && r.lease.blockedTerm != bs.Term {
 		st.LeaseExpiry = r.lease.expiry
@@ -786,7 +874,7 @@ func (r *Replica) publishStatus() {
 // down. Only the replica concerned writes it, so that a change is one line
 // in one node's log.
 func (r *Replica) logLeadership(old, st *Status) {
-	l := r.cfg.Logger.With("node", fmt.Sprintf("n%d", r.cfg.NodeID))
+	l := r.cfg.Logger.With("node", fmt.Sprintf("n%d", NodeOf(r.cfg.PeerID)))
 	switch {
 	case st.IsLeader && !old.IsLeader:
 		l.Info("became the range's leader", "range", r.cfg.RangeID, "term", st.Term)
@@ -854,14 +942,33 @@ func (r *Replica) drainInbox() {
 		_ = r.rn.Campaign()
 	}
 	if transfer != 0 {
-		r.lease = leaderLease{blockedTerm: r.rn.BasicStatus().Term}
-		r.rn.TransferLeader(transfer)
+		if to := r.voterPeerOn(transfer); to != 0 {
+			r.lease = leaderLease{blockedTerm: r.rn.BasicStatus().Term}
+			r.rn.TransferLeader(to)
+		}
 	}
 	isLeader := r.rn.BasicStatus().RaftState == raft.StateLeader
 	term := r.rn.BasicStatus().Term
 	for _, p := range props {
 		if !isLeader || (p.term != 0 && p.term != term) {
 			p.finish(proposalResult{err: ErrNotLeader})
+			continue
+		}
+		if p.cc != nil {
+			// Raft would turn a conf change it refuses into an empty entry
+			// without a word: refuse here what it would refuse.
+			if why := r.confChangeRefusal(*p.cc, term); why != "" {
+				p.finish(proposalResult{err: fmt.Errorf("%w: %s", ErrProposalDropped, why)})
+				continue
+			}
+			if err := r.rn.ProposeConfChange(*p.cc); err != nil {
+				p.finish(proposalResult{err: fmt.Errorf("%w: %v", ErrProposalDropped, err)})
+				continue
+			}
+			// Above applied until persisted records the entry's index.
+			r.pendingConfIndex = max(r.pendingConfIndex, r.lastIndex+1)
+			r.proposals[p.id] = p
+			r.prom().proposals.Inc()
 			continue
 		}
 		if err := r.rn.Propose(p.data); err != nil {
@@ -930,10 +1037,10 @@ func (r *Replica) maybeQuiesceLeader() bool {
 	voters, live := 0, 1
 	r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
 		voters++
-		if id == r.cfg.NodeID {
+		if id == r.cfg.PeerID {
 			return
 		}
-		if r.cfg.PeerLive != nil && !r.cfg.PeerLive(id) {
+		if r.cfg.PeerLive != nil && !r.cfg.PeerLive(NodeOf(id)) {
 			return
 		}
 		if pr.Match != r.lastIndex || pr.State != tracker.StateReplicate || !pr.RecentActive {
@@ -942,7 +1049,8 @@ func (r *Replica) maybeQuiesceLeader() bool {
 		live++
 		followers = append(followers, id)
 	})
-	if !all || live < voters/2+1 {
+	if !all || live < voters/2+1 || len(r.confState.Learners) > 0 || len(r.confState.VotersOutgoing) > 0 {
+		// A configuration change is under way: stay awake for it.
 		return false
 	}
 	// Under mu, and only if the inbox is still empty: whatever arrived
@@ -959,7 +1067,7 @@ func (r *Replica) maybeQuiesceLeader() bool {
 	}
 	msgs := make([]raftpb.Message, 0, len(followers))
 	for _, id := range followers {
-		msgs = append(msgs, raftpb.Message{Type: raftpb.MsgHeartbeat, From: r.cfg.NodeID, To: id, Term: bs.Term, Commit: bs.Commit})
+		msgs = append(msgs, raftpb.Message{Type: raftpb.MsgHeartbeat, From: r.cfg.PeerID, To: id, Term: bs.Term, Commit: bs.Commit})
 	}
 	qt.SendQuiesce(r.cfg.RangeID, msgs)
 	return true
@@ -1028,6 +1136,13 @@ func (r *Replica) extendLease(rq *readRequest) {
 }
 
 func entryID(e raftpb.Entry) uint64 {
+	if e.Type == raftpb.EntryConfChangeV2 {
+		var cc raftpb.ConfChangeV2
+		if err := cc.Unmarshal(e.Data); err != nil || len(cc.Context) < 8 {
+			return 0
+		}
+		return binary.BigEndian.Uint64(cc.Context[:8])
+	}
 	if e.Type != raftpb.EntryNormal || len(e.Data) < 8 {
 		return 0
 	}
@@ -1080,7 +1195,7 @@ func (r *Replica) applyEntries(ents []raftpb.Entry) {
 				res.result, a = r.cfg.SM.Apply(b, e.Index, e.Term, e.Data[8:])
 			}
 		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
-			r.applyConfChange(b, e)
+			res.result, a = r.applyConfChange(b, e)
 		}
 		last = e
 		if p := r.byIndex[e.Index]; p != nil {
@@ -1101,7 +1216,11 @@ func (r *Replica) applyEntries(ents []raftpb.Entry) {
 	}
 }
 
-func (r *Replica) applyConfChange(b *storage.Batch, e raftpb.Entry) {
+// applyConfChange applies a configuration change entry: to the state
+// machine, if it takes part (ConfChangeStateMachine), which may refuse it,
+// and to Raft. A refused change is applied to Raft as the empty ConfChange,
+// which changes nothing (etcd raft's way to reject a committed change).
+func (r *Replica) applyConfChange(b *storage.Batch, e raftpb.Entry) (result any, after func()) {
 	var cc raftpb.ConfChangeI
 	if e.Type == raftpb.EntryConfChange {
 		var c raftpb.ConfChange
@@ -1115,6 +1234,17 @@ func (r *Replica) applyConfChange(b *storage.Batch, e raftpb.Entry) {
 			panic(err)
 		}
 		cc = c
+		if sm, ok := r.cfg.SM.(ConfChangeStateMachine); ok {
+			var cmd []byte
+			if len(c.Context) >= 8 {
+				cmd = c.Context[8:]
+			}
+			var accept bool
+			accept, result, after = sm.ApplyConfChange(b, e.Index, e.Term, c, cmd)
+			if !accept {
+				cc = raftpb.ConfChange{}
+			}
+		}
 	}
 	r.confState = *r.rn.ApplyConfChange(cc)
 	cb, err := r.confState.Marshal()
@@ -1122,6 +1252,85 @@ func (r *Replica) applyConfChange(b *storage.Batch, e raftpb.Entry) {
 		panic(err)
 	}
 	_ = b.Set(storage.RangeLocalKey(r.cfg.RangeID, storage.SuffixConfState), cb)
+	return result, after
+}
+
+// confChangeRefusal says why Raft would refuse to append cc now, "" if it
+// would not (see raft.go, stepLeader, MsgProp): a configuration change is
+// appended only once every earlier one has applied, and one that is not
+// leaving a joint configuration only outside of one. Being leaseholder
+// (an entry of this term applied) covers the changes of earlier terms,
+// which a new leader conservatively counts as pending. raftMu must be
+// held.
+func (r *Replica) confChangeRefusal(cc raftpb.ConfChangeV2, term uint64) string {
+	joint := len(r.confState.VotersOutgoing) > 0
+	leave := len(cc.Changes) == 0
+	switch {
+	case r.appliedTerm != term:
+		return "the leader has not applied an entry of its term yet"
+	case r.pendingConfIndex > r.applied:
+		return fmt.Sprintf("a configuration change at index %d has not applied yet (applied %d)", r.pendingConfIndex, r.applied)
+	case joint && !leave:
+		return "the configuration is joint: it must be left first"
+	case !joint && leave:
+		return "the configuration is not joint: nothing to leave"
+	}
+	return ""
+}
+
+// voterPeerOn returns the peer ID of the voter on node nodeID, 0 if none.
+// raftMu must be held.
+func (r *Replica) voterPeerOn(nodeID uint64) uint64 {
+	for _, ids := range [][]uint64{r.confState.Voters, r.confState.VotersOutgoing} {
+		for _, id := range ids {
+			if NodeOf(id) == nodeID {
+				return id
+			}
+		}
+	}
+	return 0
+}
+
+// PeerProgress is the leader's view of one member of the range.
+type PeerProgress struct {
+	PeerID  uint64
+	Learner bool
+	// Match is the last index known to be on the peer; Lag is the
+	// leader's last index minus Match.
+	Match, Lag uint64
+	// State is Raft's progress state: probe, replicate or snapshot.
+	State        string
+	RecentActive bool
+}
+
+// Progress returns, on the leader, every other member's progress (nil on
+// a follower). It waits for the replica's Raft work in progress, if any.
+func (r *Replica) Progress() []PeerProgress {
+	r.raftMu.Lock()
+	defer r.raftMu.Unlock()
+	if r.isStopped() || r.rn.BasicStatus().RaftState != raft.StateLeader {
+		return nil
+	}
+	var out []PeerProgress
+	r.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
+		if id == r.cfg.PeerID {
+			return
+		}
+		p := PeerProgress{PeerID: id, Learner: typ == raft.ProgressTypeLearner, Match: pr.Match,
+			State: strings.ToLower(strings.TrimPrefix(pr.State.String(), "State")), RecentActive: pr.RecentActive}
+		if r.lastIndex > pr.Match {
+			p.Lag = r.lastIndex - pr.Match
+		}
+		out = append(out, p)
+	})
+	return out
+}
+
+// ConfState returns the replica's Raft configuration as last applied.
+func (r *Replica) ConfState() raftpb.ConfState {
+	r.raftMu.Lock()
+	defer r.raftMu.Unlock()
+	return r.confState
 }
 
 func (r *Replica) serveReads() {

@@ -179,7 +179,7 @@ func newGroupOpts(t *testing.T, keep uint64, mod func(*Config), quiesce bool) *g
 }
 
 func (g *group) start(id, keep uint64) {
-	cfg := Config{RangeID: 1, NodeID: id, Engine: g.engines[id], SM: kvSM{}, Transport: g.net, LogEntriesKeep: keep, Scheduler: g.scheds[id]}
+	cfg := Config{RangeID: 1, PeerID: id, Engine: g.engines[id], SM: kvSM{}, Transport: g.net, LogEntriesKeep: keep, Scheduler: g.scheds[id]}
 	if g.quiesce {
 		cfg.Transport = quiesceNet{g.net}
 	}

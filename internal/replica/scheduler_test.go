@@ -113,7 +113,7 @@ func initRanges(t *testing.T, eng *storage.Engine, ranges int, voters []uint64) 
 }
 
 func startReplica(t *testing.T, net *multiNet, eng *storage.Engine, s *Scheduler, rangeID, nodeID uint64) *Replica {
-	r, err := New(Config{RangeID: rangeID, NodeID: nodeID, Engine: eng, SM: kvSM{}, Transport: net, Scheduler: s})
+	r, err := New(Config{RangeID: rangeID, PeerID: nodeID, Engine: eng, SM: kvSM{}, Transport: net, Scheduler: s})
 	if err != nil {
 		t.Fatal(err)
 	}

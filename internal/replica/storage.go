@@ -68,13 +68,19 @@ func decodeIndexTerm(b []byte) (uint64, uint64, error) {
 // term and vote of an uninitialized replica that voted before the range
 // was created here; they are kept so no vote is cast twice in a term.
 func WriteInitialState(w storage.Writer, rangeID uint64, voters []uint64, hard raftpb.HardState) error {
+	return WriteInitialConfState(w, rangeID, raftpb.ConfState{Voters: voters}, hard)
+}
+
+// WriteInitialConfState is WriteInitialState with a whole configuration
+// (voters and learners, as peer IDs): the right hand side of a split has
+// its left hand side's.
+func WriteInitialConfState(w storage.Writer, rangeID uint64, conf raftpb.ConfState, hard raftpb.HardState) error {
 	if hard.Term < InitialTerm {
 		hard.Term = InitialTerm
 	}
 	if hard.Commit < InitialIndex {
 		hard.Commit = InitialIndex
 	}
-	conf := raftpb.ConfState{Voters: voters}
 	hb, err := hard.Marshal()
 	if err != nil {
 		return err

@@ -22,6 +22,9 @@ const (
 	SuffixTruncated   byte = 't' // -> index, term of the last truncated entry
 	SuffixConfState   byte = 'c' // -> raftpb.ConfState
 	SuffixGCThreshold byte = 'g' // -> MVCC GC threshold (8 bytes BE)
+	// SuffixTombstone: the range's replica here was removed; the lowest
+	// replica ID it may have here again (8 bytes BE). kvserver.
+	SuffixTombstone byte = 'x'
 )
 
 // RangeLocalKey returns PrefixRangeLocal + rangeID + suffix.

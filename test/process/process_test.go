@@ -138,8 +138,11 @@ func (n *node) running() bool {
 // cluster is a set of node processes on loopback ports.
 type cluster struct {
 	t     *testing.T
+	dir   string
 	addrs []string
 	nodes []*node
+	// join, if set, is the --join list of every start (default: addrs).
+	join []string
 }
 
 // newCluster reserves n free loopback ports, and one more for each node's
@@ -155,7 +158,7 @@ func newCluster(t *testing.T, n int) *cluster {
 func newClusterWith(t *testing.T, n int, args []string) *cluster {
 	t.Helper()
 	dir := t.TempDir()
-	c := &cluster{t: t}
+	c := &cluster{t: t, dir: dir}
 	// Hold every listener until all ports are chosen, so none repeats.
 	var ls []net.Listener
 	var httpAddrs []string
@@ -245,7 +248,7 @@ func (c *cluster) spawn(i int) *node {
 	defer f.Close() // the child has its own descriptor
 	fmt.Fprintf(f, "=== test: starting node %d at %s\n", i+1, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(binPath, "start", "--store", nd.store, "--listen", nd.addr,
-		"--join", strings.Join(c.addrs, ","), "--raft-tick", "50ms", "--http-addr", nd.httpAddr)
+		"--join", strings.Join(c.joinList(), ","), "--raft-tick", "50ms", "--http-addr", nd.httpAddr)
 	cmd.Args = append(cmd.Args, nd.args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = childProcAttr()
@@ -255,6 +258,43 @@ func (c *cluster) spawn(i int) *node {
 	nd.cmd, nd.exited = cmd, make(chan struct{})
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(nd.exited)
 	return nd
+}
+
+func (c *cluster) joinList() []string {
+	if c.join != nil {
+		return c.join
+	}
+	return c.addrs
+}
+
+// addSlot reserves ports for one more node (a new store, its --join the
+// cluster's first addresses) and returns its slot; it does not start it.
+func (c *cluster) addSlot(args []string) int {
+	c.t.Helper()
+	if c.join == nil {
+		c.join = append([]string(nil), c.addrs...)
+	}
+	var ls []net.Listener
+	for range 2 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	i := len(c.nodes)
+	c.addrs = append(c.addrs, ls[0].Addr().String())
+	c.nodes = append(c.nodes, &node{
+		addr:     ls[0].Addr().String(),
+		httpAddr: ls[1].Addr().String(),
+		store:    filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
+		logPath:  filepath.Join(c.dir, fmt.Sprintf("n%d.log", i+1)),
+		args:     args,
+	})
+	return i
 }
 
 // kill9 kills node i with SIGKILL and waits for the process to be gone.

@@ -133,8 +133,13 @@ func (ErrorCode) EnumDescriptor() ([]byte, []int) {
 }
 
 type ReplicaDescriptor struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// replica_id is unique within the range and never reused (0 for the
+	// replicas of the initial layout); the Raft peer ID packs it with
+	// node_id (kvserver: peerID). canopy_membership.proto.
+	ReplicaId     uint64      `protobuf:"varint,2,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	Type          ReplicaType `protobuf:"varint,3,opt,name=type,proto3,enum=canopy.ReplicaType" json:"type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -176,14 +181,30 @@ func (x *ReplicaDescriptor) GetNodeId() uint64 {
 	return 0
 }
 
+func (x *ReplicaDescriptor) GetReplicaId() uint64 {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return 0
+}
+
+func (x *ReplicaDescriptor) GetType() ReplicaType {
+	if x != nil {
+		return x.Type
+	}
+	return ReplicaType_VOTER
+}
+
 type RangeDescriptor struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	RangeId  uint64                 `protobuf:"varint,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
 	StartKey []byte                 `protobuf:"bytes,2,opt,name=start_key,json=startKey,proto3" json:"start_key,omitempty"` // inclusive
 	EndKey   []byte                 `protobuf:"bytes,3,opt,name=end_key,json=endKey,proto3" json:"end_key,omitempty"`       // exclusive
 	Replicas []*ReplicaDescriptor   `protobuf:"bytes,4,rep,name=replicas,proto3" json:"replicas,omitempty"`
-	// generation increases with every split of this range.
-	Generation    uint64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	// generation increases with every split and every replica change.
+	Generation uint64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	// next_replica_id is the replica ID the next replica added gets (0: 1).
+	NextReplicaId uint64 `protobuf:"varint,6,opt,name=next_replica_id,json=nextReplicaId,proto3" json:"next_replica_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -249,6 +270,13 @@ func (x *RangeDescriptor) GetReplicas() []*ReplicaDescriptor {
 func (x *RangeDescriptor) GetGeneration() uint64 {
 	if x != nil {
 		return x.Generation
+	}
+	return 0
+}
+
+func (x *RangeDescriptor) GetNextReplicaId() uint64 {
+	if x != nil {
+		return x.NextReplicaId
 	}
 	return 0
 }
@@ -3373,8 +3401,10 @@ type RangeStatus struct {
 	RaftTerm           uint64                 `protobuf:"varint,3,opt,name=raft_term,json=raftTerm,proto3" json:"raft_term,omitempty"`
 	RaftCommittedIndex uint64                 `protobuf:"varint,4,opt,name=raft_committed_index,json=raftCommittedIndex,proto3" json:"raft_committed_index,omitempty"`
 	RaftAppliedIndex   uint64                 `protobuf:"varint,5,opt,name=raft_applied_index,json=raftAppliedIndex,proto3" json:"raft_applied_index,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// On the leader: every other replica's progress (canopy_membership.proto).
+	Followers     []*FollowerProgress `protobuf:"bytes,6,rep,name=followers,proto3" json:"followers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RangeStatus) Reset() {
@@ -3440,6 +3470,13 @@ func (x *RangeStatus) GetRaftAppliedIndex() uint64 {
 		return x.RaftAppliedIndex
 	}
 	return 0
+}
+
+func (x *RangeStatus) GetFollowers() []*FollowerProgress {
+	if x != nil {
+		return x.Followers
+	}
+	return nil
 }
 
 type NodeStatusRequest struct {
@@ -3897,10 +3934,12 @@ func (*PingRequest) Descriptor() ([]byte, []int) {
 	return file_canopy_proto_rawDescGZIP(), []int{58}
 }
 
+// store_id is the random ID of the node's store (canopy_membership.proto).
 type PingResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Bootstrapped  bool                   `protobuf:"varint,2,opt,name=bootstrapped,proto3" json:"bootstrapped,omitempty"`
+	StoreId       string                 `protobuf:"bytes,3,opt,name=store_id,json=storeId,proto3" json:"store_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3947,6 +3986,13 @@ func (x *PingResponse) GetBootstrapped() bool {
 		return x.Bootstrapped
 	}
 	return false
+}
+
+func (x *PingResponse) GetStoreId() string {
+	if x != nil {
+		return x.StoreId
+	}
+	return ""
 }
 
 // ProposeRequest asks the leaseholder of range_id to replicate command
@@ -4089,8 +4135,11 @@ type RaftCommand struct {
 	// write_batch was evaluated. Apply refuses the command if the range has
 	// changed since (a split applied in between: the keys may have moved).
 	RangeGeneration uint64 `protobuf:"varint,10,opt,name=range_generation,json=rangeGeneration,proto3" json:"range_generation,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Membership commands of range 1 (canopy_membership.proto).
+	AddNode       *AddNodeCommand       `protobuf:"bytes,11,opt,name=add_node,json=addNode,proto3" json:"add_node,omitempty"`
+	SetMembership *SetMembershipCommand `protobuf:"bytes,12,opt,name=set_membership,json=setMembership,proto3" json:"set_membership,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RaftCommand) Reset() {
@@ -4191,6 +4240,20 @@ func (x *RaftCommand) GetRangeGeneration() uint64 {
 		return x.RangeGeneration
 	}
 	return 0
+}
+
+func (x *RaftCommand) GetAddNode() *AddNodeCommand {
+	if x != nil {
+		return x.AddNode
+	}
+	return nil
+}
+
+func (x *RaftCommand) GetSetMembership() *SetMembershipCommand {
+	if x != nil {
+		return x.SetMembership
+	}
+	return nil
 }
 
 // GCCommand removes versions shadowed at or below threshold (see mvcc.GC)
@@ -4537,6 +4600,424 @@ func (x *CASBoundCommand) GetNewBound() uint64 {
 	return 0
 }
 
+// ChangeReplicasCommand travels in the Context of a Raft ConfChangeV2
+// entry: when the entry applies, every replica checks that its descriptor
+// still has expected_generation and then installs desc (whose generation
+// is one more) together with the configuration change, in one batch.
+type ChangeReplicasCommand struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	ExpectedGeneration uint64                 `protobuf:"varint,1,opt,name=expected_generation,json=expectedGeneration,proto3" json:"expected_generation,omitempty"`
+	Desc               *RangeDescriptor       `protobuf:"bytes,2,opt,name=desc,proto3" json:"desc,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ChangeReplicasCommand) Reset() {
+	*x = ChangeReplicasCommand{}
+	mi := &file_canopy_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeReplicasCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeReplicasCommand) ProtoMessage() {}
+
+func (x *ChangeReplicasCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeReplicasCommand.ProtoReflect.Descriptor instead.
+func (*ChangeReplicasCommand) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *ChangeReplicasCommand) GetExpectedGeneration() uint64 {
+	if x != nil {
+		return x.ExpectedGeneration
+	}
+	return 0
+}
+
+func (x *ChangeReplicasCommand) GetDesc() *RangeDescriptor {
+	if x != nil {
+		return x.Desc
+	}
+	return nil
+}
+
+// AddNodeRequest: make the node at address a member. From a starting node
+// itself (store_id set, deliver false) the identity comes back in join;
+// from an operator (canopy node add, deliver true) the serving node sends
+// the Join to address.
+type AddNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	StoreId       string                 `protobuf:"bytes,2,opt,name=store_id,json=storeId,proto3" json:"store_id,omitempty"`
+	Deliver       bool                   `protobuf:"varint,3,opt,name=deliver,proto3" json:"deliver,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddNodeRequest) Reset() {
+	*x = AddNodeRequest{}
+	mi := &file_canopy_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddNodeRequest) ProtoMessage() {}
+
+func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
+func (*AddNodeRequest) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *AddNodeRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *AddNodeRequest) GetStoreId() string {
+	if x != nil {
+		return x.StoreId
+	}
+	return ""
+}
+
+func (x *AddNodeRequest) GetDeliver() bool {
+	if x != nil {
+		return x.Deliver
+	}
+	return false
+}
+
+type AddNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Join          *JoinRequest           `protobuf:"bytes,2,opt,name=join,proto3" json:"join,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddNodeResponse) Reset() {
+	*x = AddNodeResponse{}
+	mi := &file_canopy_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddNodeResponse) ProtoMessage() {}
+
+func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
+func (*AddNodeResponse) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *AddNodeResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *AddNodeResponse) GetJoin() *JoinRequest {
+	if x != nil {
+		return x.Join
+	}
+	return nil
+}
+
+type ChangeMembershipRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Membership    NodeMembership         `protobuf:"varint,2,opt,name=membership,proto3,enum=canopy.NodeMembership" json:"membership,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeMembershipRequest) Reset() {
+	*x = ChangeMembershipRequest{}
+	mi := &file_canopy_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeMembershipRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeMembershipRequest) ProtoMessage() {}
+
+func (x *ChangeMembershipRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeMembershipRequest.ProtoReflect.Descriptor instead.
+func (*ChangeMembershipRequest) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *ChangeMembershipRequest) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *ChangeMembershipRequest) GetMembership() NodeMembership {
+	if x != nil {
+		return x.Membership
+	}
+	return NodeMembership_ACTIVE
+}
+
+type ChangeMembershipResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Node          *NodeRecord            `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeMembershipResponse) Reset() {
+	*x = ChangeMembershipResponse{}
+	mi := &file_canopy_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeMembershipResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeMembershipResponse) ProtoMessage() {}
+
+func (x *ChangeMembershipResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeMembershipResponse.ProtoReflect.Descriptor instead.
+func (*ChangeMembershipResponse) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *ChangeMembershipResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *ChangeMembershipResponse) GetNode() *NodeRecord {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+// MembersRequest asks for the node records and, from the meta records,
+// how many replicas and which ranges each node holds.
+type MembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembersRequest) Reset() {
+	*x = MembersRequest{}
+	mi := &file_canopy_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembersRequest) ProtoMessage() {}
+
+func (x *MembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
+func (*MembersRequest) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{74}
+}
+
+type MemberInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *NodeRecord            `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Replicas      uint32                 `protobuf:"varint,2,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberInfo) Reset() {
+	*x = MemberInfo{}
+	mi := &file_canopy_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberInfo) ProtoMessage() {}
+
+func (x *MemberInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
+func (*MemberInfo) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *MemberInfo) GetNode() *NodeRecord {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *MemberInfo) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+type MembersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Members       []*MemberInfo          `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembersResponse) Reset() {
+	*x = MembersResponse{}
+	mi := &file_canopy_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembersResponse) ProtoMessage() {}
+
+func (x *MembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
+func (*MembersResponse) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *MembersResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *MembersResponse) GetMembers() []*MemberInfo {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 // TxnSwitches is the cluster setting of the transaction optimisations,
 // stored as a plain key in range 1 (client.SettingsKey) and changeable at
 // run time (canopy setting). Each field is 0 (default: on), 1 (on) or 2
@@ -4553,7 +5034,7 @@ type TxnSwitches struct {
 
 func (x *TxnSwitches) Reset() {
 	*x = TxnSwitches{}
-	mi := &file_canopy_proto_msgTypes[69]
+	mi := &file_canopy_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4565,7 +5046,7 @@ func (x *TxnSwitches) String() string {
 func (*TxnSwitches) ProtoMessage() {}
 
 func (x *TxnSwitches) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[69]
+	mi := &file_canopy_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4578,7 +5059,7 @@ func (x *TxnSwitches) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnSwitches.ProtoReflect.Descriptor instead.
 func (*TxnSwitches) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{69}
+	return file_canopy_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *TxnSwitches) GetPipelining() uint32 {
@@ -4606,9 +5087,12 @@ var File_canopy_proto protoreflect.FileDescriptor
 
 const file_canopy_proto_rawDesc = "" +
 	"\n" +
-	"\fcanopy.proto\x12\x06canopy\x1a\x10plain_scan.proto\",\n" +
+	"\fcanopy.proto\x12\x06canopy\x1a\x10plain_scan.proto\x1a\x17canopy_membership.proto\"t\n" +
 	"\x11ReplicaDescriptor\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"\xb9\x01\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x02 \x01(\x04R\treplicaId\x12'\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x13.canopy.ReplicaTypeR\x04type\"\xe1\x01\n" +
 	"\x0fRangeDescriptor\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\x04R\arangeId\x12\x1b\n" +
 	"\tstart_key\x18\x02 \x01(\fR\bstartKey\x12\x17\n" +
@@ -4616,7 +5100,8 @@ const file_canopy_proto_rawDesc = "" +
 	"\breplicas\x18\x04 \x03(\v2\x19.canopy.ReplicaDescriptorR\breplicas\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x05 \x01(\x04R\n" +
-	"generation\"C\n" +
+	"generation\x12&\n" +
+	"\x0fnext_replica_id\x18\x06 \x01(\x04R\rnextReplicaId\"C\n" +
 	"\x0eNodeDescriptor\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x9e\x02\n" +
@@ -4816,13 +5301,14 @@ const file_canopy_proto_rawDesc = "" +
 	"\rSplitResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12+\n" +
 	"\x04left\x18\x02 \x01(\v2\x17.canopy.RangeDescriptorR\x04left\x12-\n" +
-	"\x05right\x18\x03 \x01(\v2\x17.canopy.RangeDescriptorR\x05right\"\xdf\x01\n" +
+	"\x05right\x18\x03 \x01(\v2\x17.canopy.RangeDescriptorR\x05right\"\x97\x02\n" +
 	"\vRangeStatus\x12-\n" +
 	"\x05range\x18\x01 \x01(\v2\x17.canopy.RangeDescriptorR\x05range\x12$\n" +
 	"\x0eleader_node_id\x18\x02 \x01(\x04R\fleaderNodeId\x12\x1b\n" +
 	"\traft_term\x18\x03 \x01(\x04R\braftTerm\x120\n" +
 	"\x14raft_committed_index\x18\x04 \x01(\x04R\x12raftCommittedIndex\x12,\n" +
-	"\x12raft_applied_index\x18\x05 \x01(\x04R\x10raftAppliedIndex\"\x13\n" +
+	"\x12raft_applied_index\x18\x05 \x01(\x04R\x10raftAppliedIndex\x126\n" +
+	"\tfollowers\x18\x06 \x03(\v2\x18.canopy.FollowerProgressR\tfollowers\"\x13\n" +
 	"\x11NodeStatusRequest\"\xd3\x01\n" +
 	"\x12NodeStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x18\n" +
@@ -4853,16 +5339,17 @@ const file_canopy_proto_rawDesc = "" +
 	"\finitial_data\x18\x05 \x03(\v2\x10.canopy.KeyValueR\vinitialData\"3\n" +
 	"\fJoinResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\"\r\n" +
-	"\vPingRequest\"K\n" +
+	"\vPingRequest\"f\n" +
 	"\fPingResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\"\n" +
-	"\fbootstrapped\x18\x02 \x01(\bR\fbootstrapped\"Z\n" +
+	"\fbootstrapped\x18\x02 \x01(\bR\fbootstrapped\x12\x19\n" +
+	"\bstore_id\x18\x03 \x01(\tR\astoreId\"Z\n" +
 	"\x0eProposeRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\x04R\arangeId\x12-\n" +
 	"\acommand\x18\x02 \x01(\v2\x13.canopy.RaftCommandR\acommand\"L\n" +
 	"\x0fProposeResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value\"\xc9\x03\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value\"\xc1\x04\n" +
 	"\vRaftCommand\x12*\n" +
 	"\x05batch\x18\x01 \x01(\v2\x14.canopy.BatchRequestR\x05batch\x12\x19\n" +
 	"\bwrite_ts\x18\x02 \x01(\x04R\awriteTs\x12*\n" +
@@ -4876,7 +5363,9 @@ const file_canopy_proto_rawDesc = "" +
 	"writeBatch\x12#\n" +
 	"\rproposer_term\x18\t \x01(\x04R\fproposerTerm\x12)\n" +
 	"\x10range_generation\x18\n" +
-	" \x01(\x04R\x0frangeGeneration\"i\n" +
+	" \x01(\x04R\x0frangeGeneration\x121\n" +
+	"\badd_node\x18\v \x01(\v2\x16.canopy.AddNodeCommandR\aaddNode\x12C\n" +
+	"\x0eset_membership\x18\f \x01(\v2\x1c.canopy.SetMembershipCommandR\rsetMembership\"i\n" +
 	"\tGCCommand\x12\x1c\n" +
 	"\tthreshold\x18\x01 \x01(\x04R\tthreshold\x12\x1b\n" +
 	"\tstart_key\x18\x02 \x01(\fR\bstartKey\x12!\n" +
@@ -4899,7 +5388,33 @@ const file_canopy_proto_rawDesc = "" +
 	"\x13AllocRangeIDCommand\"J\n" +
 	"\x0fCASBoundCommand\x12\x1a\n" +
 	"\bexpected\x18\x01 \x01(\x04R\bexpected\x12\x1b\n" +
-	"\tnew_bound\x18\x02 \x01(\x04R\bnewBound\"o\n" +
+	"\tnew_bound\x18\x02 \x01(\x04R\bnewBound\"u\n" +
+	"\x15ChangeReplicasCommand\x12/\n" +
+	"\x13expected_generation\x18\x01 \x01(\x04R\x12expectedGeneration\x12+\n" +
+	"\x04desc\x18\x02 \x01(\v2\x17.canopy.RangeDescriptorR\x04desc\"_\n" +
+	"\x0eAddNodeRequest\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x19\n" +
+	"\bstore_id\x18\x02 \x01(\tR\astoreId\x12\x18\n" +
+	"\adeliver\x18\x03 \x01(\bR\adeliver\"_\n" +
+	"\x0fAddNodeResponse\x12#\n" +
+	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12'\n" +
+	"\x04join\x18\x02 \x01(\v2\x13.canopy.JoinRequestR\x04join\"j\n" +
+	"\x17ChangeMembershipRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x126\n" +
+	"\n" +
+	"membership\x18\x02 \x01(\x0e2\x16.canopy.NodeMembershipR\n" +
+	"membership\"g\n" +
+	"\x18ChangeMembershipResponse\x12#\n" +
+	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12&\n" +
+	"\x04node\x18\x02 \x01(\v2\x12.canopy.NodeRecordR\x04node\"\x10\n" +
+	"\x0eMembersRequest\"P\n" +
+	"\n" +
+	"MemberInfo\x12&\n" +
+	"\x04node\x18\x01 \x01(\v2\x12.canopy.NodeRecordR\x04node\x12\x1a\n" +
+	"\breplicas\x18\x02 \x01(\rR\breplicas\"d\n" +
+	"\x0fMembersResponse\x12#\n" +
+	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12,\n" +
+	"\amembers\x18\x02 \x03(\v2\x12.canopy.MemberInfoR\amembers\"o\n" +
 	"\vTxnSwitches\x12\x1e\n" +
 	"\n" +
 	"pipelining\x18\x01 \x01(\rR\n" +
@@ -4921,7 +5436,7 @@ const file_canopy_proto_rawDesc = "" +
 	"\x12\f\n" +
 	"\bINTERNAL\x10\v\x12\x19\n" +
 	"\x15TS_BELOW_GC_THRESHOLD\x10\f\x12\f\n" +
-	"\bDEADLOCK\x10\r2\xca\x03\n" +
+	"\bDEADLOCK\x10\r2\x99\x05\n" +
 	"\x02KV\x124\n" +
 	"\x05Batch\x12\x14.canopy.BatchRequest\x1a\x15.canopy.BatchResponse\x12F\n" +
 	"\vRangeLookup\x12\x1a.canopy.RangeLookupRequest\x1a\x1b.canopy.RangeLookupResponse\x12A\n" +
@@ -4931,7 +5446,10 @@ const file_canopy_proto_rawDesc = "" +
 	"\x05Split\x12\x14.canopy.SplitRequest\x1a\x15.canopy.SplitResponse\x12C\n" +
 	"\n" +
 	"NodeStatus\x12\x19.canopy.NodeStatusRequest\x1a\x1a.canopy.NodeStatusResponse\x12@\n" +
-	"\tBootstrap\x12\x18.canopy.BootstrapRequest\x1a\x19.canopy.BootstrapResponse2\xbc\x02\n" +
+	"\tBootstrap\x12\x18.canopy.BootstrapRequest\x1a\x19.canopy.BootstrapResponse\x12:\n" +
+	"\aAddNode\x12\x16.canopy.AddNodeRequest\x1a\x17.canopy.AddNodeResponse\x12U\n" +
+	"\x10ChangeMembership\x12\x1f.canopy.ChangeMembershipRequest\x1a .canopy.ChangeMembershipResponse\x12:\n" +
+	"\aMembers\x12\x16.canopy.MembersRequest\x1a\x17.canopy.MembersResponse2\xbc\x02\n" +
 	"\bInternal\x12B\n" +
 	"\x04Raft\x12\x18.canopy.RaftMessageBatch\x1a .canopy.RaftMessageBatchResponse\x12J\n" +
 	"\n" +
@@ -4953,7 +5471,7 @@ func file_canopy_proto_rawDescGZIP() []byte {
 }
 
 var file_canopy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_canopy_proto_goTypes = []any{
 	(ErrorCode)(0),                       // 0: canopy.ErrorCode
 	(*ReplicaDescriptor)(nil),            // 1: canopy.ReplicaDescriptor
@@ -5025,112 +5543,145 @@ var file_canopy_proto_goTypes = []any{
 	(*MetaUpdateCommand)(nil),            // 67: canopy.MetaUpdateCommand
 	(*AllocRangeIDCommand)(nil),          // 68: canopy.AllocRangeIDCommand
 	(*CASBoundCommand)(nil),              // 69: canopy.CASBoundCommand
-	(*TxnSwitches)(nil),                  // 70: canopy.TxnSwitches
-	(*PlainScanRequest)(nil),             // 71: canopy.PlainScanRequest
-	(*PlainScanResponse)(nil),            // 72: canopy.PlainScanResponse
+	(*ChangeReplicasCommand)(nil),        // 70: canopy.ChangeReplicasCommand
+	(*AddNodeRequest)(nil),               // 71: canopy.AddNodeRequest
+	(*AddNodeResponse)(nil),              // 72: canopy.AddNodeResponse
+	(*ChangeMembershipRequest)(nil),      // 73: canopy.ChangeMembershipRequest
+	(*ChangeMembershipResponse)(nil),     // 74: canopy.ChangeMembershipResponse
+	(*MembersRequest)(nil),               // 75: canopy.MembersRequest
+	(*MemberInfo)(nil),                   // 76: canopy.MemberInfo
+	(*MembersResponse)(nil),              // 77: canopy.MembersResponse
+	(*TxnSwitches)(nil),                  // 78: canopy.TxnSwitches
+	(ReplicaType)(0),                     // 79: canopy.ReplicaType
+	(*PlainScanRequest)(nil),             // 80: canopy.PlainScanRequest
+	(*PlainScanResponse)(nil),            // 81: canopy.PlainScanResponse
+	(*FollowerProgress)(nil),             // 82: canopy.FollowerProgress
+	(*AddNodeCommand)(nil),               // 83: canopy.AddNodeCommand
+	(*SetMembershipCommand)(nil),         // 84: canopy.SetMembershipCommand
+	(NodeMembership)(0),                  // 85: canopy.NodeMembership
+	(*NodeRecord)(nil),                   // 86: canopy.NodeRecord
 }
 var file_canopy_proto_depIdxs = []int32{
-	1,  // 0: canopy.RangeDescriptor.replicas:type_name -> canopy.ReplicaDescriptor
-	0,  // 1: canopy.Error.code:type_name -> canopy.ErrorCode
-	6,  // 2: canopy.Error.intents:type_name -> canopy.Intent
-	2,  // 3: canopy.Error.range:type_name -> canopy.RangeDescriptor
-	5,  // 4: canopy.Intent.txn:type_name -> canopy.TxnMeta
-	7,  // 5: canopy.ScanResponse.kvs:type_name -> canopy.KeyValue
-	5,  // 6: canopy.PutIntentRequest.txn:type_name -> canopy.TxnMeta
-	8,  // 7: canopy.RefreshRequest.spans:type_name -> canopy.Span
-	30, // 8: canopy.CommitOnePCRequest.writes:type_name -> canopy.OnePCWrite
-	8,  // 9: canopy.CommitOnePCRequest.refresh_spans:type_name -> canopy.Span
-	9,  // 10: canopy.RequestUnion.get:type_name -> canopy.GetRequest
-	11, // 11: canopy.RequestUnion.scan:type_name -> canopy.ScanRequest
-	13, // 12: canopy.RequestUnion.put_intent:type_name -> canopy.PutIntentRequest
-	15, // 13: canopy.RequestUnion.resolve_intent:type_name -> canopy.ResolveIntentRequest
-	17, // 14: canopy.RequestUnion.put:type_name -> canopy.PutRequest
-	19, // 15: canopy.RequestUnion.refresh:type_name -> canopy.RefreshRequest
-	23, // 16: canopy.RequestUnion.plain_get:type_name -> canopy.PlainGetRequest
-	25, // 17: canopy.RequestUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsRequest
-	27, // 18: canopy.RequestUnion.plain_put:type_name -> canopy.PlainPutRequest
-	21, // 19: canopy.RequestUnion.query_intent:type_name -> canopy.QueryIntentRequest
-	29, // 20: canopy.RequestUnion.commit_one_pc:type_name -> canopy.CommitOnePCRequest
-	32, // 21: canopy.RequestUnion.query_one_pc:type_name -> canopy.QueryOnePCRequest
-	34, // 22: canopy.RequestUnion.recover_intent:type_name -> canopy.RecoverIntentRequest
-	71, // 23: canopy.RequestUnion.plain_scan:type_name -> canopy.PlainScanRequest
-	10, // 24: canopy.ResponseUnion.get:type_name -> canopy.GetResponse
-	12, // 25: canopy.ResponseUnion.scan:type_name -> canopy.ScanResponse
-	14, // 26: canopy.ResponseUnion.put_intent:type_name -> canopy.PutIntentResponse
-	16, // 27: canopy.ResponseUnion.resolve_intent:type_name -> canopy.ResolveIntentResponse
-	18, // 28: canopy.ResponseUnion.put:type_name -> canopy.PutResponse
-	20, // 29: canopy.ResponseUnion.refresh:type_name -> canopy.RefreshResponse
-	24, // 30: canopy.ResponseUnion.plain_get:type_name -> canopy.PlainGetResponse
-	26, // 31: canopy.ResponseUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsResponse
-	28, // 32: canopy.ResponseUnion.plain_put:type_name -> canopy.PlainPutResponse
-	22, // 33: canopy.ResponseUnion.query_intent:type_name -> canopy.QueryIntentResponse
-	31, // 34: canopy.ResponseUnion.commit_one_pc:type_name -> canopy.CommitOnePCResponse
-	33, // 35: canopy.ResponseUnion.query_one_pc:type_name -> canopy.QueryOnePCResponse
-	35, // 36: canopy.ResponseUnion.recover_intent:type_name -> canopy.RecoverIntentResponse
-	72, // 37: canopy.ResponseUnion.plain_scan:type_name -> canopy.PlainScanResponse
-	36, // 38: canopy.BatchRequest.requests:type_name -> canopy.RequestUnion
-	4,  // 39: canopy.BatchResponse.error:type_name -> canopy.Error
-	37, // 40: canopy.BatchResponse.responses:type_name -> canopy.ResponseUnion
-	4,  // 41: canopy.RangeLookupResponse.error:type_name -> canopy.Error
-	2,  // 42: canopy.RangeLookupResponse.range:type_name -> canopy.RangeDescriptor
-	3,  // 43: canopy.RangeLookupResponse.nodes:type_name -> canopy.NodeDescriptor
-	4,  // 44: canopy.TimestampResponse.error:type_name -> canopy.Error
-	4,  // 45: canopy.ClusterInfoResponse.error:type_name -> canopy.Error
-	44, // 46: canopy.ClusterInfoResponse.settings:type_name -> canopy.ClusterSettings
-	3,  // 47: canopy.ClusterInfoResponse.nodes:type_name -> canopy.NodeDescriptor
-	44, // 48: canopy.BootstrapRequest.settings:type_name -> canopy.ClusterSettings
-	4,  // 49: canopy.BootstrapResponse.error:type_name -> canopy.Error
-	44, // 50: canopy.BootstrapResponse.settings:type_name -> canopy.ClusterSettings
-	4,  // 51: canopy.SplitResponse.error:type_name -> canopy.Error
-	2,  // 52: canopy.SplitResponse.left:type_name -> canopy.RangeDescriptor
-	2,  // 53: canopy.SplitResponse.right:type_name -> canopy.RangeDescriptor
-	2,  // 54: canopy.RangeStatus.range:type_name -> canopy.RangeDescriptor
-	51, // 55: canopy.NodeStatusResponse.ranges:type_name -> canopy.RangeStatus
-	54, // 56: canopy.RaftMessageBatch.messages:type_name -> canopy.RaftMessage
-	3,  // 57: canopy.JoinRequest.nodes:type_name -> canopy.NodeDescriptor
-	44, // 58: canopy.JoinRequest.settings:type_name -> canopy.ClusterSettings
-	2,  // 59: canopy.JoinRequest.ranges:type_name -> canopy.RangeDescriptor
-	7,  // 60: canopy.JoinRequest.initial_data:type_name -> canopy.KeyValue
-	4,  // 61: canopy.JoinResponse.error:type_name -> canopy.Error
-	63, // 62: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
-	4,  // 63: canopy.ProposeResponse.error:type_name -> canopy.Error
-	38, // 64: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
-	66, // 65: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
-	67, // 66: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
-	68, // 67: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
-	69, // 68: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
-	64, // 69: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
-	2,  // 70: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
-	2,  // 71: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
-	38, // 72: canopy.KV.Batch:input_type -> canopy.BatchRequest
-	40, // 73: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
-	42, // 74: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
-	45, // 75: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
-	49, // 76: canopy.KV.Split:input_type -> canopy.SplitRequest
-	52, // 77: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
-	47, // 78: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
-	55, // 79: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
-	55, // 80: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
-	61, // 81: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
-	57, // 82: canopy.Internal.Join:input_type -> canopy.JoinRequest
-	59, // 83: canopy.Internal.Ping:input_type -> canopy.PingRequest
-	39, // 84: canopy.KV.Batch:output_type -> canopy.BatchResponse
-	41, // 85: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
-	43, // 86: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
-	46, // 87: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
-	50, // 88: canopy.KV.Split:output_type -> canopy.SplitResponse
-	53, // 89: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
-	48, // 90: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
-	56, // 91: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
-	56, // 92: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
-	62, // 93: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
-	58, // 94: canopy.Internal.Join:output_type -> canopy.JoinResponse
-	60, // 95: canopy.Internal.Ping:output_type -> canopy.PingResponse
-	84, // [84:96] is the sub-list for method output_type
-	72, // [72:84] is the sub-list for method input_type
-	72, // [72:72] is the sub-list for extension type_name
-	72, // [72:72] is the sub-list for extension extendee
-	0,  // [0:72] is the sub-list for field type_name
+	79,  // 0: canopy.ReplicaDescriptor.type:type_name -> canopy.ReplicaType
+	1,   // 1: canopy.RangeDescriptor.replicas:type_name -> canopy.ReplicaDescriptor
+	0,   // 2: canopy.Error.code:type_name -> canopy.ErrorCode
+	6,   // 3: canopy.Error.intents:type_name -> canopy.Intent
+	2,   // 4: canopy.Error.range:type_name -> canopy.RangeDescriptor
+	5,   // 5: canopy.Intent.txn:type_name -> canopy.TxnMeta
+	7,   // 6: canopy.ScanResponse.kvs:type_name -> canopy.KeyValue
+	5,   // 7: canopy.PutIntentRequest.txn:type_name -> canopy.TxnMeta
+	8,   // 8: canopy.RefreshRequest.spans:type_name -> canopy.Span
+	30,  // 9: canopy.CommitOnePCRequest.writes:type_name -> canopy.OnePCWrite
+	8,   // 10: canopy.CommitOnePCRequest.refresh_spans:type_name -> canopy.Span
+	9,   // 11: canopy.RequestUnion.get:type_name -> canopy.GetRequest
+	11,  // 12: canopy.RequestUnion.scan:type_name -> canopy.ScanRequest
+	13,  // 13: canopy.RequestUnion.put_intent:type_name -> canopy.PutIntentRequest
+	15,  // 14: canopy.RequestUnion.resolve_intent:type_name -> canopy.ResolveIntentRequest
+	17,  // 15: canopy.RequestUnion.put:type_name -> canopy.PutRequest
+	19,  // 16: canopy.RequestUnion.refresh:type_name -> canopy.RefreshRequest
+	23,  // 17: canopy.RequestUnion.plain_get:type_name -> canopy.PlainGetRequest
+	25,  // 18: canopy.RequestUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsRequest
+	27,  // 19: canopy.RequestUnion.plain_put:type_name -> canopy.PlainPutRequest
+	21,  // 20: canopy.RequestUnion.query_intent:type_name -> canopy.QueryIntentRequest
+	29,  // 21: canopy.RequestUnion.commit_one_pc:type_name -> canopy.CommitOnePCRequest
+	32,  // 22: canopy.RequestUnion.query_one_pc:type_name -> canopy.QueryOnePCRequest
+	34,  // 23: canopy.RequestUnion.recover_intent:type_name -> canopy.RecoverIntentRequest
+	80,  // 24: canopy.RequestUnion.plain_scan:type_name -> canopy.PlainScanRequest
+	10,  // 25: canopy.ResponseUnion.get:type_name -> canopy.GetResponse
+	12,  // 26: canopy.ResponseUnion.scan:type_name -> canopy.ScanResponse
+	14,  // 27: canopy.ResponseUnion.put_intent:type_name -> canopy.PutIntentResponse
+	16,  // 28: canopy.ResponseUnion.resolve_intent:type_name -> canopy.ResolveIntentResponse
+	18,  // 29: canopy.ResponseUnion.put:type_name -> canopy.PutResponse
+	20,  // 30: canopy.ResponseUnion.refresh:type_name -> canopy.RefreshResponse
+	24,  // 31: canopy.ResponseUnion.plain_get:type_name -> canopy.PlainGetResponse
+	26,  // 32: canopy.ResponseUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsResponse
+	28,  // 33: canopy.ResponseUnion.plain_put:type_name -> canopy.PlainPutResponse
+	22,  // 34: canopy.ResponseUnion.query_intent:type_name -> canopy.QueryIntentResponse
+	31,  // 35: canopy.ResponseUnion.commit_one_pc:type_name -> canopy.CommitOnePCResponse
+	33,  // 36: canopy.ResponseUnion.query_one_pc:type_name -> canopy.QueryOnePCResponse
+	35,  // 37: canopy.ResponseUnion.recover_intent:type_name -> canopy.RecoverIntentResponse
+	81,  // 38: canopy.ResponseUnion.plain_scan:type_name -> canopy.PlainScanResponse
+	36,  // 39: canopy.BatchRequest.requests:type_name -> canopy.RequestUnion
+	4,   // 40: canopy.BatchResponse.error:type_name -> canopy.Error
+	37,  // 41: canopy.BatchResponse.responses:type_name -> canopy.ResponseUnion
+	4,   // 42: canopy.RangeLookupResponse.error:type_name -> canopy.Error
+	2,   // 43: canopy.RangeLookupResponse.range:type_name -> canopy.RangeDescriptor
+	3,   // 44: canopy.RangeLookupResponse.nodes:type_name -> canopy.NodeDescriptor
+	4,   // 45: canopy.TimestampResponse.error:type_name -> canopy.Error
+	4,   // 46: canopy.ClusterInfoResponse.error:type_name -> canopy.Error
+	44,  // 47: canopy.ClusterInfoResponse.settings:type_name -> canopy.ClusterSettings
+	3,   // 48: canopy.ClusterInfoResponse.nodes:type_name -> canopy.NodeDescriptor
+	44,  // 49: canopy.BootstrapRequest.settings:type_name -> canopy.ClusterSettings
+	4,   // 50: canopy.BootstrapResponse.error:type_name -> canopy.Error
+	44,  // 51: canopy.BootstrapResponse.settings:type_name -> canopy.ClusterSettings
+	4,   // 52: canopy.SplitResponse.error:type_name -> canopy.Error
+	2,   // 53: canopy.SplitResponse.left:type_name -> canopy.RangeDescriptor
+	2,   // 54: canopy.SplitResponse.right:type_name -> canopy.RangeDescriptor
+	2,   // 55: canopy.RangeStatus.range:type_name -> canopy.RangeDescriptor
+	82,  // 56: canopy.RangeStatus.followers:type_name -> canopy.FollowerProgress
+	51,  // 57: canopy.NodeStatusResponse.ranges:type_name -> canopy.RangeStatus
+	54,  // 58: canopy.RaftMessageBatch.messages:type_name -> canopy.RaftMessage
+	3,   // 59: canopy.JoinRequest.nodes:type_name -> canopy.NodeDescriptor
+	44,  // 60: canopy.JoinRequest.settings:type_name -> canopy.ClusterSettings
+	2,   // 61: canopy.JoinRequest.ranges:type_name -> canopy.RangeDescriptor
+	7,   // 62: canopy.JoinRequest.initial_data:type_name -> canopy.KeyValue
+	4,   // 63: canopy.JoinResponse.error:type_name -> canopy.Error
+	63,  // 64: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
+	4,   // 65: canopy.ProposeResponse.error:type_name -> canopy.Error
+	38,  // 66: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
+	66,  // 67: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
+	67,  // 68: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
+	68,  // 69: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
+	69,  // 70: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
+	64,  // 71: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
+	83,  // 72: canopy.RaftCommand.add_node:type_name -> canopy.AddNodeCommand
+	84,  // 73: canopy.RaftCommand.set_membership:type_name -> canopy.SetMembershipCommand
+	2,   // 74: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
+	2,   // 75: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
+	2,   // 76: canopy.ChangeReplicasCommand.desc:type_name -> canopy.RangeDescriptor
+	4,   // 77: canopy.AddNodeResponse.error:type_name -> canopy.Error
+	57,  // 78: canopy.AddNodeResponse.join:type_name -> canopy.JoinRequest
+	85,  // 79: canopy.ChangeMembershipRequest.membership:type_name -> canopy.NodeMembership
+	4,   // 80: canopy.ChangeMembershipResponse.error:type_name -> canopy.Error
+	86,  // 81: canopy.ChangeMembershipResponse.node:type_name -> canopy.NodeRecord
+	86,  // 82: canopy.MemberInfo.node:type_name -> canopy.NodeRecord
+	4,   // 83: canopy.MembersResponse.error:type_name -> canopy.Error
+	76,  // 84: canopy.MembersResponse.members:type_name -> canopy.MemberInfo
+	38,  // 85: canopy.KV.Batch:input_type -> canopy.BatchRequest
+	40,  // 86: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
+	42,  // 87: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
+	45,  // 88: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
+	49,  // 89: canopy.KV.Split:input_type -> canopy.SplitRequest
+	52,  // 90: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
+	47,  // 91: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
+	71,  // 92: canopy.KV.AddNode:input_type -> canopy.AddNodeRequest
+	73,  // 93: canopy.KV.ChangeMembership:input_type -> canopy.ChangeMembershipRequest
+	75,  // 94: canopy.KV.Members:input_type -> canopy.MembersRequest
+	55,  // 95: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
+	55,  // 96: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
+	61,  // 97: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
+	57,  // 98: canopy.Internal.Join:input_type -> canopy.JoinRequest
+	59,  // 99: canopy.Internal.Ping:input_type -> canopy.PingRequest
+	39,  // 100: canopy.KV.Batch:output_type -> canopy.BatchResponse
+	41,  // 101: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
+	43,  // 102: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
+	46,  // 103: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
+	50,  // 104: canopy.KV.Split:output_type -> canopy.SplitResponse
+	53,  // 105: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
+	48,  // 106: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
+	72,  // 107: canopy.KV.AddNode:output_type -> canopy.AddNodeResponse
+	74,  // 108: canopy.KV.ChangeMembership:output_type -> canopy.ChangeMembershipResponse
+	77,  // 109: canopy.KV.Members:output_type -> canopy.MembersResponse
+	56,  // 110: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
+	56,  // 111: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
+	62,  // 112: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
+	58,  // 113: canopy.Internal.Join:output_type -> canopy.JoinResponse
+	60,  // 114: canopy.Internal.Ping:output_type -> canopy.PingResponse
+	100, // [100:115] is the sub-list for method output_type
+	85,  // [85:100] is the sub-list for method input_type
+	85,  // [85:85] is the sub-list for extension type_name
+	85,  // [85:85] is the sub-list for extension extendee
+	0,   // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_canopy_proto_init() }
@@ -5139,6 +5690,7 @@ func file_canopy_proto_init() {
 		return
 	}
 	file_plain_scan_proto_init()
+	file_canopy_membership_proto_init()
 	file_canopy_proto_msgTypes[35].OneofWrappers = []any{
 		(*RequestUnion_Get)(nil),
 		(*RequestUnion_Scan)(nil),
@@ -5177,7 +5729,7 @@ func file_canopy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_canopy_proto_rawDesc), len(file_canopy_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   70,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

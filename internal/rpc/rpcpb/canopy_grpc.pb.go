@@ -25,13 +25,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	KV_Batch_FullMethodName       = "/canopy.KV/Batch"
-	KV_RangeLookup_FullMethodName = "/canopy.KV/RangeLookup"
-	KV_Timestamps_FullMethodName  = "/canopy.KV/Timestamps"
-	KV_ClusterInfo_FullMethodName = "/canopy.KV/ClusterInfo"
-	KV_Split_FullMethodName       = "/canopy.KV/Split"
-	KV_NodeStatus_FullMethodName  = "/canopy.KV/NodeStatus"
-	KV_Bootstrap_FullMethodName   = "/canopy.KV/Bootstrap"
+	KV_Batch_FullMethodName            = "/canopy.KV/Batch"
+	KV_RangeLookup_FullMethodName      = "/canopy.KV/RangeLookup"
+	KV_Timestamps_FullMethodName       = "/canopy.KV/Timestamps"
+	KV_ClusterInfo_FullMethodName      = "/canopy.KV/ClusterInfo"
+	KV_Split_FullMethodName            = "/canopy.KV/Split"
+	KV_NodeStatus_FullMethodName       = "/canopy.KV/NodeStatus"
+	KV_Bootstrap_FullMethodName        = "/canopy.KV/Bootstrap"
+	KV_AddNode_FullMethodName          = "/canopy.KV/AddNode"
+	KV_ChangeMembership_FullMethodName = "/canopy.KV/ChangeMembership"
+	KV_Members_FullMethodName          = "/canopy.KV/Members"
 )
 
 // KVClient is the client API for KV service.
@@ -45,6 +48,10 @@ type KVClient interface {
 	Split(ctx context.Context, in *SplitRequest, opts ...grpc.CallOption) (*SplitResponse, error)
 	NodeStatus(ctx context.Context, in *NodeStatusRequest, opts ...grpc.CallOption) (*NodeStatusResponse, error)
 	Bootstrap(ctx context.Context, in *BootstrapRequest, opts ...grpc.CallOption) (*BootstrapResponse, error)
+	// Membership (canopy_membership.proto).
+	AddNode(ctx context.Context, in *AddNodeRequest, opts ...grpc.CallOption) (*AddNodeResponse, error)
+	ChangeMembership(ctx context.Context, in *ChangeMembershipRequest, opts ...grpc.CallOption) (*ChangeMembershipResponse, error)
+	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
 }
 
 type kVClient struct {
@@ -125,6 +132,36 @@ func (c *kVClient) Bootstrap(ctx context.Context, in *BootstrapRequest, opts ...
 	return out, nil
 }
 
+func (c *kVClient) AddNode(ctx context.Context, in *AddNodeRequest, opts ...grpc.CallOption) (*AddNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddNodeResponse)
+	err := c.cc.Invoke(ctx, KV_AddNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *kVClient) ChangeMembership(ctx context.Context, in *ChangeMembershipRequest, opts ...grpc.CallOption) (*ChangeMembershipResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChangeMembershipResponse)
+	err := c.cc.Invoke(ctx, KV_ChangeMembership_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *kVClient) Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MembersResponse)
+	err := c.cc.Invoke(ctx, KV_Members_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KVServer is the server API for KV service.
 // All implementations must embed UnimplementedKVServer
 // for forward compatibility.
@@ -136,6 +173,10 @@ type KVServer interface {
 	Split(context.Context, *SplitRequest) (*SplitResponse, error)
 	NodeStatus(context.Context, *NodeStatusRequest) (*NodeStatusResponse, error)
 	Bootstrap(context.Context, *BootstrapRequest) (*BootstrapResponse, error)
+	// Membership (canopy_membership.proto).
+	AddNode(context.Context, *AddNodeRequest) (*AddNodeResponse, error)
+	ChangeMembership(context.Context, *ChangeMembershipRequest) (*ChangeMembershipResponse, error)
+	Members(context.Context, *MembersRequest) (*MembersResponse, error)
 	mustEmbedUnimplementedKVServer()
 }
 
@@ -166,6 +207,15 @@ func (UnimplementedKVServer) NodeStatus(context.Context, *NodeStatusRequest) (*N
 }
 func (UnimplementedKVServer) Bootstrap(context.Context, *BootstrapRequest) (*BootstrapResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Bootstrap not implemented")
+}
+func (UnimplementedKVServer) AddNode(context.Context, *AddNodeRequest) (*AddNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddNode not implemented")
+}
+func (UnimplementedKVServer) ChangeMembership(context.Context, *ChangeMembershipRequest) (*ChangeMembershipResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ChangeMembership not implemented")
+}
+func (UnimplementedKVServer) Members(context.Context, *MembersRequest) (*MembersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Members not implemented")
 }
 func (UnimplementedKVServer) mustEmbedUnimplementedKVServer() {}
 func (UnimplementedKVServer) testEmbeddedByValue()            {}
@@ -314,6 +364,60 @@ func _KV_Bootstrap_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KV_AddNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KVServer).AddNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KV_AddNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KVServer).AddNode(ctx, req.(*AddNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _KV_ChangeMembership_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChangeMembershipRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KVServer).ChangeMembership(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KV_ChangeMembership_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KVServer).ChangeMembership(ctx, req.(*ChangeMembershipRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _KV_Members_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KVServer).Members(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KV_Members_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KVServer).Members(ctx, req.(*MembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // KV_ServiceDesc is the grpc.ServiceDesc for KV service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -348,6 +452,18 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Bootstrap",
 			Handler:    _KV_Bootstrap_Handler,
+		},
+		{
+			MethodName: "AddNode",
+			Handler:    _KV_AddNode_Handler,
+		},
+		{
+			MethodName: "ChangeMembership",
+			Handler:    _KV_ChangeMembership_Handler,
+		},
+		{
+			MethodName: "Members",
+			Handler:    _KV_Members_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,102 @@
+package allocator
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+)
+
+// TestDecide steps Decide through the cases of testdata/decide. Input:
+//
+//	decide rf=N [leaseholder=N] [ready=N,N] [caught-up=N,N] [threshold=N]
+//	nodes: n1:10 n2:10:dead n3:4:decommissioning n4:0:down ...
+//	replicas: n1 n2 n3:learner n4:incoming n5:outgoing
+//
+// A node is live unless marked down (not heard from lately) or dead
+// (past the dead-node timeout); membership is active unless marked
+// decommissioning or removed.
+func TestDecide(t *testing.T) {
+	datadriven.RunTest(t, "testdata/decide", func(t *testing.T, d *datadriven.TestData) string {
+		if d.Cmd != "decide" {
+			t.Fatalf("unknown command %q", d.Cmd)
+		}
+		var cfg Config
+		var r Range
+		d.ScanArgs(t, "rf", &cfg.ReplicationFactor)
+		if d.HasArg("threshold") {
+			d.ScanArgs(t, "threshold", &cfg.RebalanceThreshold)
+		}
+		if d.HasArg("leaseholder") {
+			d.ScanArgs(t, "leaseholder", &r.Leaseholder)
+		}
+		ids := func(key string) []uint64 {
+			var out []uint64
+			if !d.HasArg(key) {
+				return nil
+			}
+			var s string
+			d.ScanArgs(t, key, &s)
+			for _, f := range strings.Split(s, ",") {
+				out = append(out, mustID(t, f))
+			}
+			return out
+		}
+		r.LearnersReady, r.CaughtUp = ids("ready"), ids("caught-up")
+		nodes := map[uint64]Node{}
+		for _, line := range strings.Split(d.Input, "\n") {
+			head, rest, _ := strings.Cut(strings.TrimSpace(line), ":")
+			for _, f := range strings.Fields(rest) {
+				parts := strings.Split(f, ":")
+				switch head {
+				case "nodes":
+					n := Node{ID: mustID(t, parts[0]), Live: true}
+					n.Replicas, _ = strconv.Atoi(parts[1])
+					for _, p := range parts[2:] {
+						switch p {
+						case "dead":
+							n.Dead, n.Live = true, false
+						case "down":
+							n.Live = false
+						case "decommissioning":
+							n.Membership = Decommissioning
+						case "removed":
+							n.Membership = Removed
+						default:
+							t.Fatalf("unknown node mark %q", p)
+						}
+					}
+					nodes[n.ID] = n
+				case "replicas":
+					rep := Replica{NodeID: mustID(t, parts[0])}
+					if len(parts) > 1 {
+						switch parts[1] {
+						case "learner":
+							rep.Kind = Learner
+						case "incoming":
+							rep.Kind = VoterIncoming
+						case "outgoing":
+							rep.Kind = VoterOutgoing
+						default:
+							t.Fatalf("unknown replica kind %q", parts[1])
+						}
+					}
+					r.Replicas = append(r.Replicas, rep)
+				default:
+					t.Fatalf("unknown line %q", line)
+				}
+			}
+		}
+		return Decide(r, nodes, cfg).String() + "\n"
+	})
+}
+
+func mustID(t *testing.T, s string) uint64 {
+	id, err := strconv.ParseUint(strings.TrimPrefix(s, "n"), 10, 64)
+	if err != nil {
+		t.Fatal(fmt.Errorf("node %q: %w", s, err))
+	}
+	return id
+}
