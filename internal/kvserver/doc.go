@@ -35,6 +35,15 @@
 // the initial ranges; every replica of a range starts from the same state
 // at replica.InitialIndex, and the preferred leader campaigns at once.
 //
+// Membership (membership.go, change_replicas.go, replicate.go): node
+// records in range 1 say which nodes are members (active, decommissioning,
+// removed); a node with an empty store joins a running cluster through
+// --join. A range's replicas change by Raft configuration changes that
+// carry the next descriptor (learners, then a promotion, in a joint
+// configuration when a voter is swapped); the replicate queue of each
+// leaseholder decides the steps (internal/allocator). Raft peer IDs pack
+// a replica ID, never reused, with the node ID (replica/peer.go).
+//
 // Meta records (range 1) are kept true by each range's leader: after a
 // split, and periodically, a leader whose meta record differs writes it
 // with MetaUpdateCommand, which never lowers a record's generation.
