@@ -61,7 +61,18 @@ func (n *Node) checkIdentity(ctx context.Context, method string) error {
 	}
 	theirs := first(md.Get(rpcpb.MetadataClusterID))
 	ours := n.settings().GetClusterId()
-	if theirs == "" || ours == "" || theirs == ours {
+	if theirs != "" && theirs == ours {
+		// A node removed from the cluster (membership.go) is no longer
+		// one of its nodes: its Raft messages and requests are refused.
+		if id, err := strconv.ParseUint(first(md.Get(rpcpb.MetadataFromNode)), 10, 64); err == nil && n.removedPeer(id) {
+			if n.identityLog.due("removed " + strconv.FormatUint(id, 10)) {
+				n.log.Warn("refused an RPC from a removed node: stop it and wipe its store", "from", id, "method", method)
+			}
+			return status.Errorf(codes.FailedPrecondition, "%s: node n%d was removed from cluster %s", rpcpb.NodeRemovedPrefix, id, ours)
+		}
+		return nil
+	}
+	if theirs == "" || ours == "" {
 		return nil
 	}
 	from := "a client"
@@ -183,7 +194,7 @@ func (n *Node) checkPeersIdentity(ctx context.Context) {
 			answers <- answer{nd.Address, err}
 		}(nd)
 	}
-	refused := 0
+	refused, removed := 0, 0
 	var example error
 	for i := 0; i < peers; i++ {
 		a := <-answers
@@ -191,6 +202,14 @@ func (n *Node) checkPeersIdentity(ctx context.Context) {
 			refused++
 			example = fmt.Errorf("%s: %s", a.addr, status.Convert(a.err).Message())
 		}
+		if rpcpb.IsNodeRemoved(a.err) {
+			removed++
+		}
+	}
+	if removed > 0 {
+		n.refuseToServe(fmt.Errorf("kvserver: node n%d (store %s) was removed from cluster %s (canopy node remove): it takes no part in it any more; to use this machine again, wipe the store and start it as a new node (docs/OPERATIONS.md, \"Membership changes\")",
+			self, n.cfg.StoreDir, n.settings().GetClusterId()))
+		return
 	}
 	if refused > len(nodes)/2 {
 		n.refuseToServe(fmt.Errorf("kvserver: the store %s belongs to cluster %s, but %d of the other %d nodes of its cluster refuse it as a node of another cluster (%v); either this store is not this node's (start the node with its own cluster's store) or --join names another cluster's nodes (check --join); the store is left as it is",

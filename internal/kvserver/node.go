@@ -971,7 +971,7 @@ func (n *Node) tick() {
 	n.liveness.tick()
 	var peers []uint64
 	for _, nd := range n.nodeList() {
-		if nd.NodeId != self {
+		if nd.NodeId != self && !n.removedPeer(nd.NodeId) {
 			peers = append(peers, nd.NodeId)
 		}
 	}
@@ -1121,6 +1121,9 @@ func (n *Node) balance() {
 	for _, rr := range reps {
 		st := rr.r.Status()
 		d := rr.sm.Desc()
+		if !st.IsLeader && st.Leader == 0 && d != nil {
+			n.maybeGCReplica(rr, d) // replicate.go
+		}
 		if !st.IsLeader || d == nil {
 			continue
 		}

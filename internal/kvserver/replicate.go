@@ -3,6 +3,7 @@ package kvserver
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/canopy-db/canopy/internal/allocator"
@@ -38,6 +39,38 @@ type replicateState struct {
 	// snapshot includes them).
 	membersAt time.Time
 	delta     map[uint64]int
+	// gcChecked: when maybeGCReplica last asked about a range.
+	gcChecked map[uint64]time.Time
+}
+
+// ReplicaGCCheckInterval bounds how often a replica that knows no leader
+// asks range 1 whether it is still a member (maybeGCReplica).
+const ReplicaGCCheckInterval = 10 * time.Second
+
+// maybeGCReplica removes rr, a replica that knows no leader, if the
+// range's meta record shows it was removed: a newer generation without
+// it. A replica learns its removal by applying it; one cut off or down
+// meanwhile never does, and would campaign forever (CockroachDB's replica
+// GC queue does this).
+func (n *Node) maybeGCReplica(rr *rangeReplica, d *rpcpb.RangeDescriptor) {
+	if n.replicate.gcChecked == nil {
+		n.replicate.gcChecked = map[uint64]time.Time{}
+	}
+	now := time.Now()
+	if t, ok := n.replicate.gcChecked[d.RangeId]; ok && now.Sub(t) < ReplicaGCCheckInterval {
+		return
+	}
+	n.replicate.gcChecked[d.RangeId] = now
+	ctx, cancel := context.WithTimeout(n.stopCtx, n.electionTimeout())
+	defer cancel()
+	meta, e := n.lookupMeta(ctx, d.StartKey)
+	if e != nil || meta.RangeId != d.RangeId || meta.Generation <= d.Generation {
+		return
+	}
+	if me := replicaOn(meta, n.NodeID()); me != nil && peerID(me) == rr.peer {
+		return
+	}
+	n.removeReplica(rr, meta, "removed from the range (meta record of generation "+strconv.FormatUint(meta.Generation, 10)+")")
 }
 
 // allocatorNodes builds the allocator's view of the nodes, and reports

@@ -18,7 +18,18 @@ const (
 	// ClusterMismatchPrefix starts the message of an RPC a node refused
 	// because it names another cluster (codes.FailedPrecondition).
 	ClusterMismatchPrefix = "cluster mismatch"
+	// NodeRemovedPrefix starts the message of an RPC a node refused
+	// because its sender was removed from the cluster
+	// (codes.FailedPrecondition).
+	NodeRemovedPrefix = "node removed"
 )
+
+// IsNodeRemoved reports whether err is a node's refusal of an RPC from a
+// node removed from the cluster. Such an RPC was not executed.
+func IsNodeRemoved(err error) bool {
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.FailedPrecondition && strings.HasPrefix(s.Message(), NodeRemovedPrefix)
+}
 
 // IsClusterMismatch reports whether err is a node's refusal of an RPC that
 // names another cluster. Such an RPC was not executed.
