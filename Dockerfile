@@ -15,7 +15,10 @@ EXPOSE 26257 8080
 VOLUME /data
 # The binary checks itself: no curl in scratch. Ready means initialized, a
 # member of the cluster and caught up (docs/OPERATIONS.md, "Health").
+# The default command runs insecure (no TLS, no authentication); with
+# certificates mounted at /certs, run `start --certs-dir /certs ...` and
+# set the health check's --certs-dir /certs instead of --insecure (HTTPS).
 HEALTHCHECK --interval=5s --timeout=3s --start-period=30s --retries=3 \
-    CMD ["/canopy", "health", "--http-addr", "127.0.0.1:8080"]
+    CMD ["/canopy", "health", "--http-addr", "127.0.0.1:8080", "--insecure"]
 ENTRYPOINT ["/canopy"]
-CMD ["start", "--store", "/data", "--listen", "0.0.0.0:26257", "--http-addr", "0.0.0.0:8080"]
+CMD ["start", "--insecure", "--store", "/data", "--listen", "0.0.0.0:26257", "--http-addr", "0.0.0.0:8080"]

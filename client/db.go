@@ -57,7 +57,7 @@ func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) 
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	db := &DB{opts: o, ctx: bg, cancel: cancel}
-	db.nodes = newNodeDirectory(addresses, o.DialOptions)
+	db.nodes = newNodeDirectory(addresses, o.TLS, o.DialOptions)
 	db.cache = newRangeCache()
 	db.sender = &sender{opts: &db.opts, nodes: db.nodes, cache: db.cache}
 	db.oracle = newOracle(bg, db.sender, &db.opts)
@@ -148,6 +148,10 @@ func (db *DB) firstContact(ctx context.Context, addresses []string) (*rpcpb.Clus
 					answers <- answer{info: info}
 					return
 				}
+				if refused(err) {
+					answers <- answer{err: err}
+					return
+				}
 				last = err
 				if sleepCtx(dctx, bo.next()) != nil {
 					answers <- answer{err: last}
@@ -163,6 +167,9 @@ func (db *DB) firstContact(ctx context.Context, addresses []string) (*rpcpb.Clus
 			cancel() // the other seeds stop
 			db.nodes.update(a.info.GetNodes())
 			return a.info, nil
+		}
+		if refused(a.err) {
+			return nil, unstop(a.err) // the cluster answered: no
 		}
 		errs = append(errs, a.err.Error())
 	}
@@ -221,6 +228,9 @@ func (db *DB) NodeStatus(ctx context.Context, address string) (*rpcpb.NodeStatus
 	ctx, cancel := context.WithTimeout(ctx, db.opts.RPCTimeout)
 	defer cancel()
 	resp, err := kv.NodeStatus(ctx, &rpcpb.NodeStatusRequest{})
+	if refused(err) {
+		return nil, unstop(err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: node status of %s: %w", ErrUnavailable, address, err)
 	}

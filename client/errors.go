@@ -42,6 +42,14 @@ var (
 	// caught-up followers within a second). Reads are still served. Returned at
 	// once: the sender does not spend its attempts on it.
 	ErrOutOfDisk = errors.New("canopy: out of disk")
+	// ErrPermission: a node refused the caller's credentials before doing
+	// anything: no client certificate was presented (Options.TLS), or the
+	// certificate's user may not make this request (administrative RPCs
+	// and writes of the cluster's settings need the admin user, "root" by
+	// default). Nothing was executed; never retried. A certificate the
+	// cluster's CA did not sign fails the TLS handshake instead, which the
+	// client sees as ErrUnavailable naming the handshake's error.
+	ErrPermission = errors.New("canopy: permission denied")
 )
 
 // RetryReason says why a transaction must be retried.
@@ -199,6 +207,8 @@ func ErrorClass(err error) string {
 		return "invalid argument"
 	case errors.Is(err, ErrInternal):
 		return "internal"
+	case errors.Is(err, ErrPermission):
+		return "permission denied"
 	}
 	return "other"
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -137,8 +138,8 @@ func (db *DB) sendWriteOnce(ctx context.Context, k []byte, req *rpcpb.RequestUni
 	_, err := db.sender.route(ctx, k, true, func(ctx context.Context, kv rpcpb.KVClient, d *rpcpb.RangeDescriptor) (*rpcpb.Error, error) {
 		resp, err := kv.Batch(ctx, &rpcpb.BatchRequest{RangeId: d.GetRangeId(), Requests: []*rpcpb.RequestUnion{req}})
 		if err != nil {
-			if neverSent(err) {
-				return nil, err // the router tries again, elsewhere if need be
+			if neverSent(err) || refused(err) {
+				return nil, err // the router tries again, elsewhere if need be; or stops (refused)
 			}
 			return nil, &stopError{fmt.Errorf("%w: write of %q may have been applied and is not repeated: %w", ErrAmbiguous, k, err)}
 		}
@@ -153,6 +154,23 @@ func (db *DB) sendWriteOnce(ctx context.Context, k []byte, req *rpcpb.RequestUni
 		}
 		return nil, nil
 	})
+	return err
+}
+
+// refused reports whether a failed RPC was refused by the node's
+// authorization check (ErrPermission, made a *stopError by the node
+// directory's interceptor): it was not executed and must not be repeated.
+func refused(err error) bool {
+	var se *stopError
+	return errors.As(err, &se) && errors.Is(se.err, ErrPermission)
+}
+
+// unstop returns the error a *stopError in err's chain carries, else err.
+func unstop(err error) error {
+	var se *stopError
+	if errors.As(err, &se) {
+		return se.err
+	}
 	return err
 }
 

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,8 +11,10 @@ import (
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // nodeDirectory knows the cluster's nodes (ID -> address, learned from
@@ -44,11 +47,15 @@ type nodeDirectory struct {
 // node accepts plus room for the envelope.
 const messageBytesMax = keys.RequestBytesMax + 1<<20
 
-func newNodeDirectory(seeds []string, extra []grpc.DialOption) *nodeDirectory {
+func newNodeDirectory(seeds []string, tlsConfig *tls.Config, extra []grpc.DialOption) *nodeDirectory {
 	d := &nodeDirectory{}
+	creds := insecure.NewCredentials()
+	if tlsConfig != nil {
+		creds = credentials.NewTLS(tlsConfig.Clone())
+	}
 	d.dialOpts = append([]grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(d.identityInterceptor),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(messageBytesMax), grpc.MaxCallSendMsgSize(messageBytesMax)),
 	}, extra...)
 	d.mu.addrByID = map[uint64]string{}
@@ -166,12 +173,19 @@ func (d *nodeDirectory) setClusterID(id string) {
 	}
 }
 
-// identityInterceptor adds the cluster's ID to an outgoing RPC.
+// identityInterceptor adds the cluster's ID to an outgoing RPC, and makes
+// a node's refusal of the caller's credentials an ErrPermission that ends
+// the request at once (a *stopError: no other node would answer
+// otherwise, and nothing was executed).
 func (d *nodeDirectory) identityInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if id := d.clusterID.Load(); id != nil {
 		ctx = metadata.AppendToOutgoingContext(ctx, rpcpb.MetadataClusterID, *id)
 	}
-	return invoker(ctx, method, req, reply, cc, opts...)
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if rpcpb.IsAuthRefusal(err) {
+		return &stopError{fmt.Errorf("%w: node at %s: %s", ErrPermission, cc.Target(), status.Convert(err).Message())}
+	}
+	return err
 }
 
 func (d *nodeDirectory) close() error {

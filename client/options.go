@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
@@ -16,9 +17,16 @@ import (
 // Durations are time.Duration rather than integers with a unit suffix: the
 // type carries the unit, and callers write 5*time.Second.
 type Options struct {
-	// DialOptions are added after the defaults (insecure transport, message
-	// size limits of keys.RequestBytesMax).
+	// DialOptions are added after the defaults (transport security per
+	// TLS, message size limits of keys.RequestBytesMax).
 	DialOptions []grpc.DialOption
+	// TLS, if set, is the client's TLS configuration: the cluster's CA as
+	// RootCAs and the user's client certificate (security.LoadClientTLS
+	// reads them from a certificates directory: ca.crt,
+	// client.USER.crt/key). Every connection is then mutual TLS, and a
+	// node checks the server name against its certificate. nil: plaintext,
+	// which only a node started with --insecure accepts.
+	TLS *tls.Config
 
 	// RPCTimeout bounds one attempt of one RPC. A write whose attempt times
 	// out may have been applied: it is retried if idempotent and otherwise

@@ -140,7 +140,7 @@ func (w *txnWire) onePC(ctx context.Context, ws []Write, spans []*rpcpb.Span) (u
 			}
 			resp, err := kv.Batch(ctx, &rpcpb.BatchRequest{RangeId: d.GetRangeId(), Requests: []*rpcpb.RequestUnion{ru}})
 			if err != nil {
-				if neverSent(err) {
+				if neverSent(err) || refused(err) {
 					return nil, err
 				}
 				return nil, &stopError{fmt.Errorf("%w: one-phase commit of transaction %d may have been applied: %w", ErrAmbiguous, t.startTs, err)}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
@@ -38,6 +39,10 @@ type benchClusterOptions struct {
 	cpuProfile  string
 	kv          kvbench.Options
 }
+
+// The benchmarks that drive a running cluster (--host) connect with the
+// security flags: --certs-dir and --user, or --insecure.
+func init() { addSecurityFlags(benchCmd, true) } // conn.go
 
 func (o *benchClusterOptions) register(f *pflag.FlagSet, outDefault string) {
 	f.StringVar(&o.target, "target", "canopy", "system to drive: canopy or etcd (etcd needs --endpoints)")
@@ -119,6 +124,9 @@ type benchTarget struct {
 	txn   txnbench.Store
 	// closeFn closes the client, and stops the cluster if it runs here.
 	closeFn func()
+	// tls is the client's TLS configuration (--host with --certs-dir;
+	// nil for a cluster in this process, which runs insecure).
+	tls *tls.Config
 }
 
 func (tg benchTarget) close() {
@@ -182,7 +190,13 @@ func openBenchTarget(ctx context.Context, o benchClusterOptions, noSync bool) (b
 		}
 		cluster, addrs = c, c.Addrs()
 	}
-	db, err := client.Open(ctx, addrs)
+	if o.host != "" {
+		var err error
+		if tg.tls, err = conn.clientTLS(); err != nil { // conn.go
+			return tg, err
+		}
+	}
+	db, err := client.Open(ctx, addrs, client.WithOptions(client.Options{TLS: tg.tls}))
 	if err != nil {
 		if cluster != nil {
 			cluster.Close()

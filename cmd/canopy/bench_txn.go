@@ -147,6 +147,7 @@ func pipelineTarget(ctx context.Context, tg *benchTarget, co client.Options, lab
 	for _, n := range info.GetNodes() {
 		addrs = append(addrs, n.GetAddress())
 	}
+	co.TLS = tg.tls
 	pdb, err := client.Open(ctx, addrs, client.WithOptions(co))
 	if err != nil {
 		return err

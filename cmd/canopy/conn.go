@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/security"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Connection flags: every command that talks to a running cluster takes
@@ -25,6 +29,12 @@ type connFlags struct {
 	// dialTimeout bounds the first contact with the cluster
 	// (client.Options.DialTimeout; --dial-timeout).
 	dialTimeout time.Duration
+	// The connection's security (addSecurityFlags): certsDir is the
+	// certificates directory (--certs-dir), insecure asks for no TLS
+	// (--insecure), user picks the client certificate (--user).
+	certsDir string
+	insecure bool
+	user     string
 }
 
 var conn connFlags
@@ -45,7 +55,15 @@ var connEnv = map[string]string{
 	"host":         "CANOPY_HOST",
 	"timeout":      "CANOPY_TIMEOUT",
 	"dial-timeout": "CANOPY_DIAL_TIMEOUT",
+	"certs-dir":    "CANOPY_CERTS_DIR",
+	"insecure":     "CANOPY_INSECURE",
+	"user":         "CANOPY_USER",
 }
+
+// securityModeFlags are the two flags of which exactly one is needed: one
+// given on the command line keeps the other's environment variable out
+// (a command line asking for --insecure wins over CANOPY_CERTS_DIR).
+var securityModeFlags = [2]string{"certs-dir", "insecure"}
 
 // addConnFlags registers the connection flags on cmd (persistent, so that
 // a parent such as `kv` gives them to its subcommands).
@@ -55,6 +73,54 @@ func addConnFlags(cmd *cobra.Command) {
 	f.DurationVar(&conn.timeout, "timeout", DefaultTimeout, "give up on the command after this long (env CANOPY_TIMEOUT)")
 	f.DurationVar(&conn.dialTimeout, "dial-timeout", DefaultDialTimeout,
 		"how long to wait for any of the --host nodes to answer before failing (env CANOPY_DIAL_TIMEOUT)")
+	addSecurityFlags(cmd, true)
+}
+
+// addSecurityFlags registers --certs-dir and --insecure on cmd
+// (persistent), and --user if client (a command that presents a client
+// certificate; a node presents its node certificate).
+func addSecurityFlags(cmd *cobra.Command, client bool) {
+	f := cmd.PersistentFlags()
+	f.StringVar(&conn.certsDir, "certs-dir", "",
+		"directory of the cluster's certificates: ca.crt, and client.USER.crt/key (commands) or node.crt/key (start); see canopy cert (env CANOPY_CERTS_DIR)")
+	f.BoolVar(&conn.insecure, "insecure", false,
+		"no TLS and no authentication: a node serves anyone who reaches it; a command talks to such a node (env CANOPY_INSECURE)")
+	if client {
+		f.StringVar(&conn.user, "user", security.AdminUserDefault, "the user whose client certificate (client.USER.crt in --certs-dir) the command presents (env CANOPY_USER)")
+	}
+}
+
+// checkSecurity refuses both or neither of --certs-dir and --insecure.
+func (c connFlags) checkSecurity() error {
+	switch {
+	case c.certsDir != "" && c.insecure:
+		return usageErrorf("--certs-dir %q and --insecure: give one of them (from the command line or CANOPY_CERTS_DIR / CANOPY_INSECURE)", c.certsDir)
+	case c.certsDir == "" && !c.insecure:
+		return usageErrorf("no --certs-dir and no --insecure: give --certs-dir DIR (certificates made with canopy cert), or --insecure for a cluster started with --insecure")
+	}
+	return nil
+}
+
+// clientTLS returns the TLS configuration of a command that connects to a
+// node: nil with --insecure, else ca.crt and the --user's client
+// certificate from --certs-dir.
+func (c connFlags) clientTLS() (*tls.Config, error) {
+	if err := c.checkSecurity(); err != nil {
+		return nil, err
+	}
+	if c.insecure {
+		return nil, nil
+	}
+	return security.LoadClientTLS(c.certsDir, c.user)
+}
+
+// clientCredentials are clientTLS's gRPC transport credentials.
+func (c connFlags) clientCredentials() (credentials.TransportCredentials, error) {
+	cfg, err := c.clientTLS()
+	if err != nil || cfg == nil {
+		return insecure.NewCredentials(), err
+	}
+	return credentials.NewTLS(cfg), nil
 }
 
 // applyEnv sets every connection flag of cmd that is not on the command
@@ -62,9 +128,18 @@ func addConnFlags(cmd *cobra.Command) {
 // the variable.
 func applyEnv(flags *pflag.FlagSet) error {
 	var err error
+	modeOnCommandLine := false
+	for _, name := range securityModeFlags {
+		if f := flags.Lookup(name); f != nil && f.Changed {
+			modeOnCommandLine = true
+		}
+	}
 	flags.VisitAll(func(f *pflag.Flag) {
 		env, ok := connEnv[f.Name]
 		if !ok || f.Changed || err != nil {
+			return
+		}
+		if modeOnCommandLine && (f.Name == securityModeFlags[0] || f.Name == securityModeFlags[1]) {
 			return
 		}
 		v, set := os.LookupEnv(env)
@@ -101,15 +176,23 @@ func (c connFlags) check() error {
 func (c connFlags) firstHost() string { return splitHosts(c.hosts)[0] }
 
 // clientOptions are the client options the connection flags imply.
-func (c connFlags) clientOptions() client.Options {
-	return client.Options{DialTimeout: c.dialTimeout}
+func (c connFlags) clientOptions() (client.Options, error) {
+	tlsConfig, err := c.clientTLS()
+	if err != nil {
+		return client.Options{}, err
+	}
+	return client.Options{DialTimeout: c.dialTimeout, TLS: tlsConfig}, nil
 }
 
 func openDB(ctx context.Context) (*client.DB, error) {
 	if err := conn.check(); err != nil {
 		return nil, err
 	}
-	return client.Open(ctx, splitHosts(conn.hosts), client.WithOptions(conn.clientOptions()))
+	o, err := conn.clientOptions()
+	if err != nil {
+		return nil, err
+	}
+	return client.Open(ctx, splitHosts(conn.hosts), client.WithOptions(o))
 }
 
 // withDB runs f with a DB connected to --host, within --timeout.

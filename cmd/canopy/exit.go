@@ -38,6 +38,10 @@ const (
 	// node unwell (a node unreachable, a range under-replicated, a node not
 	// ready).
 	ExitDegraded = 7
+	// ExitPermission: a node refused the command's credentials: no client
+	// certificate, or a --user who may not do this (administration needs
+	// the admin user). Nothing was done.
+	ExitPermission = 8
 	// ExitInterrupted: the command was interrupted (SIGINT, SIGTERM) and
 	// cleaned up: 128 + SIGINT, as shells report it.
 	ExitInterrupted = 130
@@ -56,6 +60,8 @@ const exitCodesHelp = `Exit status:
      written, running it again may succeed
   7  degraded: status found a node unreachable or a range under-replicated;
      health found the node not ready
+  8  permission denied: the node refused the command's certificate or --user
+     (administration needs the admin user, root by default); nothing was done
   130 interrupted (Ctrl-C) after cleaning up
 `
 
@@ -92,6 +98,8 @@ func exitCode(err error) int {
 		return ExitDegraded
 	case errors.Is(err, errInterrupted):
 		return ExitInterrupted
+	case errors.Is(err, client.ErrPermission):
+		return ExitPermission
 	case errors.Is(err, client.ErrAmbiguous):
 		return ExitAmbiguous
 	case errors.Is(err, client.ErrRetryable):

@@ -159,3 +159,4 @@ func checkInitFlags(host string, ranges, rf int, encoding string) error {
 	}
 	return nil
 }
+

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/security"
 	"github.com/spf13/cobra"
 )
 
@@ -25,7 +27,9 @@ func init() {
 		Long: fmt.Sprintf(`Ask one node over HTTP whether it is ready: GET /health?ready=1 (initialized, a
 member of the cluster, caught up), or with --live whether its process serves
 (GET /health). Prints the node's answer; exit status 0 if healthy, 7 if the
-node answered that it is not, 4 if it did not answer.
+node answered that it is not, 4 if it did not answer. With --certs-dir it asks
+over HTTPS and checks the node's certificate against ca.crt (no client
+certificate needed); with --insecure, over plain HTTP.
 
 The node's HTTP address is --http-addr, by default the first --host's host
 with its port plus %d (the default of start --http-addr). The binary needs no
@@ -46,9 +50,19 @@ shell or curl, so this is the health check of the container image:
 			} else if err := checkHostPort("http-addr", addr, false, false); err != nil {
 				return usageErrorf("%v", err)
 			}
+			if err := conn.checkSecurity(); err != nil { // conn.go
+				return err
+			}
+			var caTLS *tls.Config
+			if !conn.insecure {
+				var err error
+				if caTLS, err = security.LoadCATLS(conn.certsDir); err != nil {
+					return err
+				}
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), conn.timeout)
 			defer cancel()
-			ok, body, err := checkHealth(ctx, addr, !live)
+			ok, body, err := checkHealth(ctx, addr, !live, caTLS)
 			if err != nil {
 				return err
 			}
@@ -79,10 +93,15 @@ func defaultHTTPAddr(grpcAddr string) (string, error) {
 }
 
 // checkHealth asks the node at addr for its health and returns whether it
-// is healthy and its answer, on one line. A node that does not answer is
+// is healthy and its answer, on one line: over HTTPS verified by caTLS, or
+// plain HTTP if caTLS is nil. A node that does not answer is
 // client.ErrUnavailable.
-func checkHealth(ctx context.Context, addr string, ready bool) (bool, string, error) {
-	url := "http://" + addr + "/health"
+func checkHealth(ctx context.Context, addr string, ready bool, caTLS *tls.Config) (bool, string, error) {
+	scheme, hc := "http", http.DefaultClient
+	if caTLS != nil {
+		scheme, hc = "https", &http.Client{Transport: &http.Transport{TLSClientConfig: caTLS}}
+	}
+	url := scheme + "://" + addr + "/health"
 	if ready {
 		url += "?ready=1"
 	}
@@ -90,7 +109,7 @@ func checkHealth(ctx context.Context, addr string, ready bool) (bool, string, er
 	if err != nil {
 		return false, "", usageErrorf("--http-addr %q: %v", addr, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return false, "", fmt.Errorf("%w: node at %s did not answer: %v", client.ErrUnavailable, addr, err)
 	}

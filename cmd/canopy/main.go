@@ -19,7 +19,9 @@ var rootCmd = &cobra.Command{
 	Long: `Canopy: a distributed, transactional, multi-version key-value store.
 
 Commands that talk to a running cluster take --host (env CANOPY_HOST),
---timeout (env CANOPY_TIMEOUT) and --dial-timeout (env CANOPY_DIAL_TIMEOUT).
+--timeout (env CANOPY_TIMEOUT) and --dial-timeout (env CANOPY_DIAL_TIMEOUT),
+and exactly one of --certs-dir (env CANOPY_CERTS_DIR; with --user, env
+CANOPY_USER, default root) and --insecure (env CANOPY_INSECURE), as start does.
 
 ` + exitCodesHelp,
 	SilenceUsage:  true,

@@ -13,16 +13,16 @@ import (
 	"github.com/canopy-db/canopy/internal/kvserver"
 	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/security"
 	"github.com/canopy-db/canopy/internal/storage"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
 func init() {
-	var store, listen, advertise, join, mode, cpuprofile, minFree, rangeMaxSize, httpAddr string
+	var store, listen, advertise, join, mode, cpuprofile, minFree, rangeMaxSize, httpAddr, adminUser string
 	var splitQPS int
 	var tick, deadNodeTimeout time.Duration
 	var faultInjection bool
@@ -31,7 +31,10 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "start",
 		Short: "Run a node (then, once, `canopy init` to form the cluster)",
-		Example: `  canopy start --store /tmp/n1 --listen 127.0.0.1:26257 \
+		Long: "Run a node. It needs --certs-dir DIR holding ca.crt, node.crt and node.key (see `canopy cert`):\n" +
+			"every connection to and from it is then mutual TLS, and each RPC is authorized by its caller's\n" +
+			"certificate; or --insecure, to run without TLS and authentication (the node logs a warning).",
+		Example: `  canopy start --certs-dir certs --store /tmp/n1 --listen 127.0.0.1:26257 \
       --join 127.0.0.1:26257,127.0.0.1:26258,127.0.0.1:26259`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			peers := splitHosts(join)
@@ -63,6 +66,15 @@ func init() {
 			if err != nil {
 				return err
 			}
+			if err := conn.checkSecurity(); err != nil { // conn.go
+				return err
+			}
+			var certs *security.NodeCerts
+			if !conn.insecure {
+				if certs, err = security.LoadNodeCerts(conn.certsDir); err != nil {
+					return err
+				}
+			}
 			n, err := kvserver.Start(kvserver.Config{
 				StoreDir: store, ListenAddr: listen, AdvertiseAddr: advertise,
 				Join: peers, TickInterval: tick, Logger: logger,
@@ -74,6 +86,7 @@ func init() {
 				DeadNodeTimeout:   deadNodeTimeout,
 				HTTPAddr:          httpAddr, Metrics: newMetricsRegistry(), // metrics.go
 				FaultInjection: faultInjection, // nemesis.go
+				Certs:          certs, Insecure: conn.insecure, AdminUser: adminUser,
 			})
 			if err != nil {
 				return err
@@ -134,6 +147,8 @@ func init() {
 	cmd.Flags().StringVar(&rangeMaxSize, "range-max-size", "64MiB", "split a range whose estimated size on disk passes this (off: never); e.g. 512MiB")
 	cmd.Flags().StringVar(&minFree, "store-min-free", "0", "refuse writes while the store's disk has less free space than this (0: 1% of the disk, at least 32MiB, at most 1GiB; off: no check); e.g. 512MiB, 2GB")
 	cmd.Flags().StringVar(&httpAddr, "http-addr", "", fmt.Sprintf("address to serve HTTP on: Prometheus metrics at /metrics, health at /health and /health?ready=1 (default: --listen's host, port + %d; off: none)", HTTPPortOffset))
+	addSecurityFlags(cmd, false) // conn.go
+	cmd.Flags().StringVar(&adminUser, "admin-user", security.AdminUserDefault, "the user whose client certificate may call administrative RPCs (init, split, settings)")
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the node, from start until SIGINT/SIGTERM, to this file")
 	rootCmd.AddCommand(cmd)
 }
@@ -158,7 +173,11 @@ cluster already initialized it fails with exit status 2.`,
 			if err := checkInitFlags(host, ranges, rf, encoding); err != nil {
 				return usageErrorf("%v", err)
 			}
-			cc, err := grpc.NewClient(host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			creds, err := conn.clientCredentials() // conn.go
+			if err != nil {
+				return err
+			}
+			cc, err := grpc.NewClient(host, grpc.WithTransportCredentials(creds))
 			if err != nil {
 				return usageErrorf("--host %q: %v", host, err)
 			}
@@ -174,6 +193,9 @@ cluster already initialized it fails with exit status 2.`,
 					TicketsPartitioningQuantum: pq, TicketsRowsPerQuantum: np},
 			})
 			if err != nil {
+				if rpcpb.IsAuthRefusal(err) {
+					return fmt.Errorf("%w: %s refused: %s", client.ErrPermission, host, status.Convert(err).Message())
+				}
 				return fmt.Errorf("%w: contacting %s: %v", client.ErrUnavailable, host, err)
 			}
 			if resp.Error != nil {

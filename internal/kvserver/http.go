@@ -2,6 +2,7 @@ package kvserver
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +19,9 @@ import (
 
 // The node's HTTP server (Config.HTTPAddr): Prometheus metrics at
 // /metrics and health checks at /health (health.go). It serves only what
-// anyone on the network may read; nothing on it changes the node.
+// anyone on the network may read; nothing on it changes the node. With
+// Config.Certs it serves HTTPS with the node certificate and asks for no
+// client certificate.
 
 // Limits of the HTTP server.
 const (
@@ -88,6 +91,14 @@ func (n *Node) startOps() error {
 		n.registerFaultHandlers(mux) // faultinject.go
 	}
 	n.ops.httpLis = lis
+	scheme := "http"
+	if n.cfg.Certs != nil {
+		// HTTPS with the node certificate; no client certificate asked
+		// (security.NodeCerts.HTTPTLS): health checkers and scrapers
+		// verify the node against ca.crt, or skip verification.
+		lis = tls.NewListener(lis, n.cfg.Certs.HTTPTLS())
+		scheme = "https"
+	}
 	n.ops.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: HTTPReadHeaderTimeout,
 		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
 	n.wg.Add(1)
@@ -97,7 +108,7 @@ func (n *Node) startOps() error {
 			n.log.Error("HTTP server", "addr", lis.Addr().String(), "err", err)
 		}
 	}()
-	n.log.Info("serving HTTP (metrics, health)", "addr", lis.Addr().String())
+	n.log.Info("serving HTTP (metrics, health)", "addr", lis.Addr().String(), "scheme", scheme)
 	return nil
 }
 

@@ -75,7 +75,7 @@ func waitFor(t *testing.T, what string, f func() error) {
 // is live, /health?ready=1 is 503 and says why, and the gRPC health
 // service reports NOT_SERVING.
 func TestHealthBeforeInit(t *testing.T) {
-	n, err := kvserver.Start(kvserver.Config{StoreDir: filepath.Join(t.TempDir(), "n1"), ListenAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"})
+	n, err := kvserver.Start(kvserver.Config{StoreDir: filepath.Join(t.TempDir(), "n1"), ListenAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestMetricsInProcess(t *testing.T) {
 // registered.
 func TestRestartOnSameRegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	cfg := kvserver.Config{StoreDir: filepath.Join(t.TempDir(), "n1"), ListenAddr: "127.0.0.1:0", Metrics: reg}
+	cfg := kvserver.Config{StoreDir: filepath.Join(t.TempDir(), "n1"), ListenAddr: "127.0.0.1:0", Metrics: reg, Insecure: true}
 	for i := 0; i < 2; i++ {
 		n, err := kvserver.Start(cfg)
 		if err != nil {

@@ -15,13 +15,13 @@ import (
 	"github.com/canopy-db/canopy/internal/concurrency"
 	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/security"
 	"github.com/canopy-db/canopy/internal/storage"
 	"github.com/canopy-db/canopy/internal/tso"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -119,6 +119,20 @@ type Config struct {
 	// FaultInjection serves /debug/fault on the HTTP server (faultinject.go):
 	// for nemesis runs only, never on by default.
 	FaultInjection bool
+
+	// Certs are the node's certificates (security.LoadNodeCerts): with
+	// them, every gRPC connection to and from the node is mutual TLS, every
+	// RPC is authorized by its caller's certificate (auth.go), and HTTP is
+	// HTTPS. Exactly one of Certs and Insecure must be set.
+	Certs *security.NodeCerts
+	// Insecure runs the node without TLS and without authorization: anyone
+	// who can reach its ports can read, write and administer the cluster.
+	// It must be asked for explicitly (`canopy start --insecure`); the
+	// node logs a warning.
+	Insecure bool
+	// AdminUser is the user whose client certificate may call the
+	// administrative RPCs (default security.AdminUserDefault, "root").
+	AdminUser string
 }
 
 func (c *Config) ensureDefaults() error {
@@ -201,6 +215,21 @@ func (c *Config) ensureDefaults() error {
 	}
 	if c.Metrics == nil {
 		c.Metrics = prometheus.NewRegistry()
+	}
+	switch {
+	case c.Certs == nil && !c.Insecure:
+		return errors.New("kvserver: no certificates (Config.Certs) and Config.Insecure not set: a node runs without TLS and authorization only when asked to")
+	case c.Certs != nil && c.Insecure:
+		return errors.New("kvserver: Config.Certs and Config.Insecure are both set")
+	}
+	if c.AdminUser == "" {
+		c.AdminUser = security.AdminUserDefault
+	}
+	if err := security.CheckUserName(c.AdminUser); err != nil {
+		return fmt.Errorf("kvserver: Config.AdminUser: %w", err)
+	}
+	if c.AdminUser == security.NodeUser {
+		return fmt.Errorf("kvserver: Config.AdminUser %q is the nodes' own user", c.AdminUser)
 	}
 	c.Storage.Metrics, c.RaftScheduler.Metrics = c.Metrics, c.Metrics
 	return nil
@@ -420,10 +449,15 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
-		// Metrics first: an RPC refused by the identity check is counted
-		// (grpc_server_handled_total, FailedPrecondition).
-		grpc.ChainUnaryInterceptor(n.ops.metrics.grpc.UnaryServerInterceptor(), n.identityUnary, n.trackHandler, n.faultUnary),
-		grpc.ChainStreamInterceptor(n.ops.metrics.grpc.StreamServerInterceptor(), n.identityStream))
+		grpc.Creds(n.serverCredentials()), // auth.go
+		// Metrics first: an RPC refused by the authorization or identity
+		// check is counted (grpc_server_handled_total, PermissionDenied,
+		// Unauthenticated, FailedPrecondition). Authorization before
+		// identity: a caller without the right certificate learns nothing
+		// about the cluster.
+		grpc.ChainUnaryInterceptor(n.ops.metrics.grpc.UnaryServerInterceptor(), n.authUnary, n.identityUnary, n.trackHandler, n.faultUnary),
+		grpc.ChainStreamInterceptor(n.ops.metrics.grpc.StreamServerInterceptor(), n.authStream, n.identityStream))
+	n.logSecurity()
 	rpcpb.RegisterKVServer(n.srv, &kvService{n: n})
 	rpcpb.RegisterInternalServer(n.srv, &internalService{n: n})
 	rpcpb.RegisterSnapshotsServer(n.srv, &snapshotsService{n: n})
@@ -598,7 +632,7 @@ func (n *Node) conn(addr string) (*grpc.ClientConn, error) {
 	if c := n.mu.conns[addr]; c != nil {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, append(n.identityDialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	c, err := grpc.NewClient(addr, append(n.identityDialOptions(), grpc.WithTransportCredentials(n.peerCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))...)
 	if err != nil {
 		return nil, err

@@ -12,8 +12,10 @@ import (
 
 	"github.com/canopy-db/canopy/internal/kvserver"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/security"
 	"github.com/canopy-db/canopy/internal/storage"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -48,6 +50,11 @@ type Options struct {
 	LoadSplitAfter time.Duration
 	Storage        storage.Options
 	Logger         *slog.Logger
+	// CertsDir, if set, holds the cluster's certificates (ca.crt,
+	// node.crt/key for 127.0.0.1, client.root.crt/key; see
+	// security.CreateNode): the nodes run with mutual TLS and the
+	// bootstrap uses the root client certificate. Default: insecure.
+	CertsDir string
 }
 
 // Cluster is a running in-process cluster.
@@ -114,7 +121,16 @@ func Start(opts Options) (*Cluster, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.ReadyTimeout)
 	defer cancel()
-	conn, err := grpc.NewClient(c.addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if opts.CertsDir != "" {
+		cfg, err := security.LoadClientTLS(opts.CertsDir, security.AdminUserDefault)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		creds = credentials.NewTLS(cfg)
+	}
+	conn, err := grpc.NewClient(c.addrs[0], grpc.WithTransportCredentials(creds))
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -142,7 +158,19 @@ func Start(opts Options) (*Cluster, error) {
 }
 
 func (c *Cluster) startNode(i int, lis net.Listener) error {
+	var certs *security.NodeCerts
+	if c.opts.CertsDir != "" {
+		var err error
+		if certs, err = security.LoadNodeCerts(c.opts.CertsDir); err != nil {
+			if lis != nil {
+				_ = lis.Close()
+			}
+			return err
+		}
+	}
 	n, err := kvserver.Start(kvserver.Config{
+		Certs:           certs,
+		Insecure:        certs == nil,
 		StoreDir:        filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
 		ListenAddr:      c.addrs[i],
 		Listener:        lis,

@@ -143,11 +143,14 @@ type cluster struct {
 	nodes []*node
 	// join, if set, is the --join list of every start (default: addrs).
 	join []string
+	// certsDir is the --certs-dir of the nodes and of every CLI command;
+	// "" runs them all with --insecure.
+	certsDir string
 }
 
 // newCluster reserves n free loopback ports, and one more for each node's
-// HTTP server, and starts a node on each. Its cleanup kills every process
-// still running.
+// HTTP server, and starts an insecure node on each. Its cleanup kills
+// every process still running.
 func newCluster(t *testing.T, n int) *cluster {
 	t.Helper()
 	return newClusterWith(t, n, nil)
@@ -157,8 +160,31 @@ func newCluster(t *testing.T, n int) *cluster {
 // `canopy start` (node.args) from its first start.
 func newClusterWith(t *testing.T, n int, args []string) *cluster {
 	t.Helper()
+	return newClusterOpts(t, n, args, "")
+}
+
+// newClusterCerts is newCluster with the nodes started with --certs-dir
+// certsDir (and every CLI command run with it).
+func newClusterCerts(t *testing.T, n int, certsDir string) *cluster {
+	t.Helper()
+	return newClusterOpts(t, n, nil, certsDir)
+}
+
+// securityArgs are the flags of `canopy start` and of every CLI command:
+// --certs-dir, or --insecure.
+func (c *cluster) securityArgs() []string {
+	if c.certsDir == "" {
+		return []string{"--insecure"}
+	}
+	return []string{"--certs-dir", c.certsDir}
+}
+
+// newClusterOpts is newClusterWith with the nodes and every CLI command
+// run with --certs-dir certsDir, or --insecure if "".
+func newClusterOpts(t *testing.T, n int, args []string, certsDir string) *cluster {
+	t.Helper()
 	dir := t.TempDir()
-	c := &cluster{t: t, dir: dir}
+	c := &cluster{t: t, dir: dir, certsDir: certsDir}
 	// Hold every listener until all ports are chosen, so none repeats.
 	var ls []net.Listener
 	var httpAddrs []string
@@ -249,7 +275,7 @@ func (c *cluster) spawn(i int) *node {
 	fmt.Fprintf(f, "=== test: starting node %d at %s\n", i+1, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(binPath, "start", "--store", nd.store, "--listen", nd.addr,
 		"--join", strings.Join(c.joinList(), ","), "--raft-tick", "50ms", "--http-addr", nd.httpAddr)
-	cmd.Args = append(cmd.Args, nd.args...)
+	cmd.Args = append(append(cmd.Args, c.securityArgs()...), nd.args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {
@@ -335,9 +361,14 @@ func (c *cluster) index(addr string) int {
 
 func (c *cluster) hostFlag() string { return "--host=" + strings.Join(c.addrs, ",") }
 
-// cli runs the canopy binary and returns its standard output; an error
-// carries the standard error.
+// cli runs the canopy binary with the cluster's securityArgs and returns
+// its standard output; an error carries the standard error.
 func (c *cluster) cli(args ...string) (string, error) {
+	return c.cliRaw(append(args[:len(args):len(args)], c.securityArgs()...)...)
+}
+
+// cliRaw runs the canopy binary with args alone.
+func (c *cluster) cliRaw(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cliMax)
 	defer cancel()
 	var stdout, stderr bytes.Buffer

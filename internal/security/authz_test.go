@@ -1,0 +1,99 @@
+package security
+
+import (
+	"testing"
+
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+// Every method of every service a node serves has a level.
+func TestEveryMethodHasALevel(t *testing.T) {
+	for _, sd := range []struct {
+		name    string
+		methods []string
+	}{
+		{rpcpb.KV_ServiceDesc.ServiceName, names(rpcpb.KV_ServiceDesc.Methods, rpcpb.KV_ServiceDesc.Streams)},
+		{rpcpb.Internal_ServiceDesc.ServiceName, names(rpcpb.Internal_ServiceDesc.Methods, rpcpb.Internal_ServiceDesc.Streams)},
+		{healthpb.Health_ServiceDesc.ServiceName, names(healthpb.Health_ServiceDesc.Methods, healthpb.Health_ServiceDesc.Streams)},
+	} {
+		for _, m := range sd.methods {
+			if _, ok := MethodLevels["/"+sd.name+"/"+m]; !ok {
+				t.Errorf("/%s/%s has no level in MethodLevels", sd.name, m)
+			}
+		}
+	}
+}
+
+func TestAuthorize(t *testing.T) {
+	put := func(k []byte) *rpcpb.BatchRequest {
+		return &rpcpb.BatchRequest{Requests: []*rpcpb.RequestUnion{{Value: &rpcpb.RequestUnion_PlainPut{PlainPut: &rpcpb.PlainPutRequest{Key: k}}}}}
+	}
+	get := func(k []byte) *rpcpb.BatchRequest {
+		return &rpcpb.BatchRequest{Requests: []*rpcpb.RequestUnion{{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{Key: k}}}}}
+	}
+	onePC := &rpcpb.BatchRequest{Requests: []*rpcpb.RequestUnion{{Value: &rpcpb.RequestUnion_CommitOnePc{CommitOnePc: &rpcpb.CommitOnePCRequest{
+		Writes: []*rpcpb.OnePCWrite{{Key: keys.UserKey([]byte("a"))}, {Key: keys.RangeIDKey}}}}}}}
+	settings := []byte{0x00, 'b', 's'}
+	for _, tc := range []struct {
+		method, user string
+		req          any
+		want         codes.Code
+	}{
+		{healthpb.Health_Check_FullMethodName, "", nil, codes.OK},
+		{rpcpb.KV_Batch_FullMethodName, "", put(keys.UserKey([]byte("a"))), codes.Unauthenticated},
+		{rpcpb.KV_ClusterInfo_FullMethodName, "", nil, codes.Unauthenticated},
+		{rpcpb.KV_Bootstrap_FullMethodName, "", nil, codes.Unauthenticated},
+		{rpcpb.Internal_Raft_FullMethodName, "", nil, codes.Unauthenticated},
+		{rpcpb.KV_ClusterInfo_FullMethodName, "alice", nil, codes.OK},
+		{rpcpb.KV_Batch_FullMethodName, "alice", put(keys.StatusKey([]byte{1})), codes.OK},
+		{rpcpb.KV_Batch_FullMethodName, "alice", put(keys.HeartbeatKey(7)), codes.OK},
+		{rpcpb.KV_Batch_FullMethodName, "alice", get(settings), codes.OK},
+		{rpcpb.KV_Batch_FullMethodName, "alice", put(settings), codes.PermissionDenied},
+		{rpcpb.KV_Batch_FullMethodName, "alice", put(keys.MetaKey(keys.MaxKey)), codes.PermissionDenied},
+		{rpcpb.KV_Batch_FullMethodName, "alice", onePC, codes.PermissionDenied},
+		{rpcpb.KV_Batch_FullMethodName, "root", put(settings), codes.OK},
+		{rpcpb.KV_Split_FullMethodName, "alice", nil, codes.PermissionDenied},
+		{rpcpb.KV_Bootstrap_FullMethodName, "alice", nil, codes.PermissionDenied},
+		{rpcpb.KV_Split_FullMethodName, "root", nil, codes.OK},
+		{rpcpb.KV_Bootstrap_FullMethodName, "root", nil, codes.OK},
+		{rpcpb.KV_Split_FullMethodName, NodeUser, nil, codes.OK},
+		{rpcpb.Internal_RaftStream_FullMethodName, "root", nil, codes.PermissionDenied},
+		{rpcpb.Internal_Join_FullMethodName, "alice", nil, codes.PermissionDenied},
+		{rpcpb.Internal_Join_FullMethodName, NodeUser, nil, codes.OK},
+		{"/canopy.Unknown/Method", "root", nil, codes.PermissionDenied},
+		{"/canopy.Unknown/Method", NodeUser, nil, codes.OK},
+	} {
+		err := Authorize(tc.method, tc.user, AdminUserDefault, tc.req)
+		if got := status.Code(err); got != tc.want {
+			t.Errorf("%s by %q: %v (%v), want %v", tc.method, tc.user, got, err, tc.want)
+		}
+	}
+	// Another admin user: root is then an ordinary user.
+	if err := Authorize(rpcpb.KV_Split_FullMethodName, "root", "ops", nil); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("root with admin user ops: %v", err)
+	}
+	if err := Authorize(rpcpb.KV_Split_FullMethodName, "ops", "ops", nil); err != nil {
+		t.Errorf("ops with admin user ops: %v", err)
+	}
+}
+
+func names(ms []grpcMethod, ss []grpcStream) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.MethodName)
+	}
+	for _, s := range ss {
+		out = append(out, s.StreamName)
+	}
+	return out
+}
+
+type (
+	grpcMethod = grpc.MethodDesc
+	grpcStream = grpc.StreamDesc
+)
