@@ -20,8 +20,12 @@
 //     ErrRetryable (*RetryableError with a Reason; the transaction aborted
 //     and can be rerun), ErrAmbiguous (a write's outcome is unknown),
 //     ErrUnavailable (nothing was written / the transaction did not commit),
-//     ErrInternal (a server bug). A context that ends is visible with
-//     errors.Is(err, context.DeadlineExceeded) as well.
+//     ErrInternal (a server bug), ErrPermission (a node refused the
+//     caller's certificate or user before doing anything; never retried).
+//     A context that ends is visible with errors.Is(err,
+//     context.DeadlineExceeded) as well. With Options.TLS (LoadTLS) every
+//     connection is mutual TLS; without it, plaintext, which only nodes
+//     started with --insecure accept.
 //  3. Isolation: transactions are serializable by default; with
 //     WithIsolation(SnapshotIsolation) they read a snapshot and conflict
 //     only on writes (write skew possible). Reads see the snapshot at

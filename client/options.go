@@ -21,9 +21,8 @@ type Options struct {
 	// TLS, message size limits of keys.RequestBytesMax).
 	DialOptions []grpc.DialOption
 	// TLS, if set, is the client's TLS configuration: the cluster's CA as
-	// RootCAs and the user's client certificate (security.LoadClientTLS
-	// reads them from a certificates directory: ca.crt,
-	// client.USER.crt/key). Every connection is then mutual TLS, and a
+	// RootCAs and the user's client certificate (LoadTLS reads them from
+	// a certificates directory: ca.crt, client.USER.crt/key). Every connection is then mutual TLS, and a
 	// node checks the server name against its certificate. nil: plaintext,
 	// which only a node started with --insecure accepts.
 	TLS *tls.Config
