@@ -71,6 +71,7 @@ var MethodLevels = map[string]Level{
 	rpcpb.Internal_Propose_FullMethodName:    LevelNode,
 	rpcpb.Internal_Join_FullMethodName:       LevelNode,
 	rpcpb.Internal_Ping_FullMethodName:       LevelNode,
+	rpcpb.Snapshots_Send_FullMethodName:      LevelNode,
 }
 
 // userWritableSystemSpans are the system keys a user who is not the admin

@@ -19,6 +19,7 @@ func TestEveryMethodHasALevel(t *testing.T) {
 	}{
 		{rpcpb.KV_ServiceDesc.ServiceName, names(rpcpb.KV_ServiceDesc.Methods, rpcpb.KV_ServiceDesc.Streams)},
 		{rpcpb.Internal_ServiceDesc.ServiceName, names(rpcpb.Internal_ServiceDesc.Methods, rpcpb.Internal_ServiceDesc.Streams)},
+		{rpcpb.Snapshots_ServiceDesc.ServiceName, names(rpcpb.Snapshots_ServiceDesc.Methods, rpcpb.Snapshots_ServiceDesc.Streams)},
 		{healthpb.Health_ServiceDesc.ServiceName, names(healthpb.Health_ServiceDesc.Methods, healthpb.Health_ServiceDesc.Streams)},
 	} {
 		for _, m := range sd.methods {
@@ -65,6 +66,8 @@ func TestAuthorize(t *testing.T) {
 		{rpcpb.Internal_RaftStream_FullMethodName, "root", nil, codes.PermissionDenied},
 		{rpcpb.Internal_Join_FullMethodName, "alice", nil, codes.PermissionDenied},
 		{rpcpb.Internal_Join_FullMethodName, NodeUser, nil, codes.OK},
+		{rpcpb.Snapshots_Send_FullMethodName, "root", nil, codes.PermissionDenied},
+		{rpcpb.Snapshots_Send_FullMethodName, NodeUser, nil, codes.OK},
 		{"/canopy.Unknown/Method", "root", nil, codes.PermissionDenied},
 		{"/canopy.Unknown/Method", NodeUser, nil, codes.OK},
 	} {
