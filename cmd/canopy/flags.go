@@ -159,4 +159,3 @@ func checkInitFlags(host string, ranges, rf int, encoding string) error {
 	}
 	return nil
 }
-

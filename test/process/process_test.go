@@ -170,8 +170,8 @@ func newClusterCerts(t *testing.T, n int, certsDir string) *cluster {
 	return newClusterOpts(t, n, nil, certsDir)
 }
 
-// securityArgs are the flags of `canopy start` and of every CLI command:
-// --certs-dir, or --insecure.
+// securityArgs are the security flags of `canopy start`: --certs-dir, or
+// --insecure.
 func (c *cluster) securityArgs() []string {
 	if c.certsDir == "" {
 		return []string{"--insecure"}
@@ -361,18 +361,29 @@ func (c *cluster) index(addr string) int {
 
 func (c *cluster) hostFlag() string { return "--host=" + strings.Join(c.addrs, ",") }
 
-// cli runs the canopy binary with the cluster's securityArgs and returns
-// its standard output; an error carries the standard error.
+// cli runs the canopy binary and returns its standard output; an error
+// carries the standard error. The cluster's security (--certs-dir or
+// --insecure) goes in the environment (CANOPY_CERTS_DIR, CANOPY_INSECURE),
+// which only the commands that take those flags read.
 func (c *cluster) cli(args ...string) (string, error) {
-	return c.cliRaw(append(args[:len(args):len(args)], c.securityArgs()...)...)
+	env := "CANOPY_INSECURE=true"
+	if c.certsDir != "" {
+		env = "CANOPY_CERTS_DIR=" + c.certsDir
+	}
+	return c.cliEnv([]string{env}, args...)
 }
 
 // cliRaw runs the canopy binary with args alone.
-func (c *cluster) cliRaw(args ...string) (string, error) {
+func (c *cluster) cliRaw(args ...string) (string, error) { return c.cliEnv(nil, args...) }
+
+// cliEnv runs the canopy binary with args and env added to the test's
+// environment.
+func (c *cluster) cliEnv(env []string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cliMax)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return stdout.String(), fmt.Errorf("canopy %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
