@@ -44,7 +44,8 @@ type result struct {
 func canopy(t *testing.T, stdin io.Reader, env []string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(append(os.Environ(), cliEnv+"=1"), env...)
+	// The clusters of these tests run insecure (testcluster).
+	cmd.Env = append(append(os.Environ(), cliEnv+"=1", "CANOPY_INSECURE=true"), env...)
 	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

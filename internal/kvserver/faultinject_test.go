@@ -30,7 +30,7 @@ func TestFaultEndpoint(t *testing.T) {
 	}
 	start := func(enabled bool) *kvserver.Node {
 		n, err := kvserver.Start(kvserver.Config{StoreDir: filepath.Join(t.TempDir(), "n"), ListenAddr: "127.0.0.1:0",
-			HTTPAddr: "127.0.0.1:0", FaultInjection: enabled})
+			HTTPAddr: "127.0.0.1:0", FaultInjection: enabled, Insecure: true})
 		if err != nil {
 			t.Fatal(err)
 		}

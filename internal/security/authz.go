@@ -60,6 +60,8 @@ var MethodLevels = map[string]Level{
 	rpcpb.KV_Timestamps_FullMethodName:  LevelUser,
 	rpcpb.KV_ClusterInfo_FullMethodName: LevelUser,
 	rpcpb.KV_NodeStatus_FullMethodName:  LevelUser,
+	// Watch (client.DB.Watch): a stream of a range's committed changes.
+	rpcpb.Feed_RangeFeed_FullMethodName: LevelUser,
 
 	// Administration.
 	rpcpb.KV_Bootstrap_FullMethodName: LevelAdmin,

@@ -19,6 +19,7 @@ func TestEveryMethodHasALevel(t *testing.T) {
 	}{
 		{rpcpb.KV_ServiceDesc.ServiceName, names(rpcpb.KV_ServiceDesc.Methods, rpcpb.KV_ServiceDesc.Streams)},
 		{rpcpb.Internal_ServiceDesc.ServiceName, names(rpcpb.Internal_ServiceDesc.Methods, rpcpb.Internal_ServiceDesc.Streams)},
+		{rpcpb.Feed_ServiceDesc.ServiceName, names(rpcpb.Feed_ServiceDesc.Methods, rpcpb.Feed_ServiceDesc.Streams)},
 		{rpcpb.Snapshots_ServiceDesc.ServiceName, names(rpcpb.Snapshots_ServiceDesc.Methods, rpcpb.Snapshots_ServiceDesc.Streams)},
 		{healthpb.Health_ServiceDesc.ServiceName, names(healthpb.Health_ServiceDesc.Methods, healthpb.Health_ServiceDesc.Streams)},
 	} {
@@ -51,6 +52,8 @@ func TestAuthorize(t *testing.T) {
 		{rpcpb.KV_Bootstrap_FullMethodName, "", nil, codes.Unauthenticated},
 		{rpcpb.Internal_Raft_FullMethodName, "", nil, codes.Unauthenticated},
 		{rpcpb.KV_ClusterInfo_FullMethodName, "alice", nil, codes.OK},
+		{rpcpb.Feed_RangeFeed_FullMethodName, "alice", nil, codes.OK},
+		{rpcpb.Feed_RangeFeed_FullMethodName, "", nil, codes.Unauthenticated},
 		{rpcpb.KV_Batch_FullMethodName, "alice", put(keys.StatusKey([]byte{1})), codes.OK},
 		{rpcpb.KV_Batch_FullMethodName, "alice", put(keys.HeartbeatKey(7)), codes.OK},
 		{rpcpb.KV_Batch_FullMethodName, "alice", get(settings), codes.OK},
