@@ -110,7 +110,10 @@ func (c *cluster) start(ctx context.Context, i int) error {
 	defer f.Close()
 	fmt.Fprintf(f, "=== nemesis: starting node %d at %s\n", i+1, time.Now().UTC().Format(time.RFC3339Nano))
 	args := []string{"start", "--store", p.store, "--listen", p.addr,
-		"--join", strings.Join(c.addrs, ","), "--http-addr", p.httpAddr, "--enable-fault-injection"}
+		"--join", strings.Join(c.addrs, ","), "--http-addr", p.httpAddr, "--enable-fault-injection",
+		// Nemesis clusters run on loopback, without TLS: the fault
+		// endpoint and the clients speak plaintext.
+		"--insecure"}
 	args = append(args, c.extra...)
 	cmd := exec.Command(c.bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
@@ -176,6 +179,7 @@ func (c *cluster) stopAll() {
 func (c *cluster) cli(ctx context.Context, args ...string) (string, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd.Env = append(os.Environ(), "CANOPY_INSECURE=true") // see start
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return stdout.String(), fmt.Errorf("canopy %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))

@@ -61,7 +61,7 @@ func TestWatchSurvivesLeaseholderKill(t *testing.T) {
 	// The watch process.
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
-	cmd := exec.CommandContext(wctx, binPath, "watch", "w/", "--resolved", c.hostFlag())
+	cmd := exec.CommandContext(wctx, binPath, "watch", "w/", "--resolved", c.hostFlag(), "--insecure")
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
