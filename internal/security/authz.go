@@ -60,12 +60,17 @@ var MethodLevels = map[string]Level{
 	rpcpb.KV_Timestamps_FullMethodName:  LevelUser,
 	rpcpb.KV_ClusterInfo_FullMethodName: LevelUser,
 	rpcpb.KV_NodeStatus_FullMethodName:  LevelUser,
+	rpcpb.KV_Members_FullMethodName:     LevelUser,
 	// Watch (client.DB.Watch): a stream of a range's committed changes.
 	rpcpb.Feed_RangeFeed_FullMethodName: LevelUser,
 
 	// Administration.
 	rpcpb.KV_Bootstrap_FullMethodName: LevelAdmin,
 	rpcpb.KV_Split_FullMethodName:     LevelAdmin,
+	// Membership changes (canopy node add/decommission/remove) are
+	// administrative; the member list is for any user.
+	rpcpb.KV_AddNode_FullMethodName:          LevelAdmin,
+	rpcpb.KV_ChangeMembership_FullMethodName: LevelAdmin,
 
 	// Between nodes.
 	rpcpb.Internal_Raft_FullMethodName:       LevelNode,
