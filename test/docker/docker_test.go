@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/canopy-db/canopy/internal/testbin"
 	mrand "math/rand/v2"
 	"net"
 	"os"
@@ -76,19 +77,11 @@ func mustRun(t *testing.T, max time.Duration, env []string, name string, args ..
 }
 
 func moduleRoot(t *testing.T) string {
-	dir, err := os.Getwd()
+	root, err := testbin.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/canopy-db/canopy\n")) {
-			return dir
-		}
-		if filepath.Dir(dir) == dir {
-			t.Fatal("no go.mod of github.com/canopy-db/canopy above the working directory")
-		}
-		dir = filepath.Dir(dir)
-	}
+	return root
 }
 
 // freePort returns a TCP port nothing listens on at the moment.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/canopy-db/canopy/internal/testbin"
 	"net"
 	"os"
 	"os/exec"
@@ -51,53 +52,11 @@ func TestMain(m *testing.M) {
 			skipWhy = "multi-process tests are skipped under -short"
 			return m.Run()
 		}
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			skipWhy = "no go command on PATH to build canopy"
-			return m.Run()
-		}
-		dir, err := os.MkdirTemp("", "canopy-process-bin-")
-		if err != nil {
-			buildErr = err
-			return m.Run()
-		}
-		defer os.RemoveAll(dir)
-		root, err := moduleRoot()
-		if err != nil {
-			buildErr = err
-			return m.Run()
-		}
-		binPath = filepath.Join(dir, "canopy")
-		cmd := exec.Command(goBin, "build", "-o", binPath, "./cmd/canopy")
-		cmd.Dir = root
-		// The static binary, as shipped in the container image: the same
-		// build as test/docker's, so that a cold CI cache compiles it once.
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/canopy: %v\n%s", err, out)
-		}
+		var cleanup func()
+		binPath, cleanup, skipWhy, buildErr = testbin.Build("canopy-process-bin-")
+		defer cleanup()
 		return m.Run()
 	}())
-}
-
-// moduleRoot walks up from the working directory (the package's directory
-// under go test) to the directory holding Canopy's go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.Contains(b, []byte("module github.com/canopy-db/canopy\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod of github.com/canopy-db/canopy above the working directory")
-		}
-		dir = parent
-	}
 }
 
 func needBinary(t *testing.T) {
