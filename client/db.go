@@ -152,7 +152,11 @@ func (db *DB) firstContact(ctx context.Context, addresses []string) (*rpcpb.Clus
 					answers <- answer{err: err}
 					return
 				}
-				last = err
+				if last == nil || dctx.Err() == nil {
+					// An attempt the dial timeout cut short says less
+					// than the error before it (connection refused...).
+					last = err
+				}
 				if sleepCtx(dctx, bo.next()) != nil {
 					answers <- answer{err: last}
 					return
