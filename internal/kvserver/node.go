@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/canopy-db/canopy/internal/etcdapi"
 	"log/slog"
 	"net"
 	"sort"
@@ -133,6 +134,9 @@ type Config struct {
 	// AdminUser is the user whose client certificate may call the
 	// administrative RPCs (default security.AdminUserDefault, "root").
 	AdminUser string
+	// EtcdAPI configures the etcd v3 API the node serves on its gRPC port
+	// (etcd.go); Open, NodeID, Address, TLS and Logger are the node's.
+	EtcdAPI etcdapi.Options
 }
 
 func (c *Config) ensureDefaults() error {
@@ -239,7 +243,9 @@ func (c *Config) ensureDefaults() error {
 type Node struct {
 	faults faultHooks // faultinject.go
 	cfg    Config
-	eng    *storage.Engine
+	// etcd serves the etcd v3 API (etcd.go).
+	etcd *etcdapi.Server
+	eng  *storage.Engine
 	// outSnaps holds the engine snapshots of Raft snapshots not yet
 	// streamed; snapshotRecv and snapshotSend bound the snapshot streams
 	// received and sent at once (snapshot.go).
@@ -462,6 +468,15 @@ func Start(cfg Config) (*Node, error) {
 	rpcpb.RegisterInternalServer(n.srv, &internalService{n: n})
 	rpcpb.RegisterSnapshotsServer(n.srv, &snapshotsService{n: n})
 	rpcpb.RegisterFeedServer(n.srv, &feedService{n: n})
+	if err := n.startEtcdAPI(); err != nil { // etcd.go
+		_ = lis.Close()
+		for _, rr := range n.replicaList() {
+			rr.r.Stop()
+		}
+		n.sched.Close()
+		_ = eng.Close()
+		return nil, err
+	}
 	n.registerOps() // http.go: gRPC health service
 	n.wg.Add(6)
 	go n.runEvery(n.cfg.ClosedTimestampInterval, n.closeTimestamps) // feed.go
@@ -541,6 +556,9 @@ func (n *Node) Stop() {
 	close(n.stopc)
 	n.stopCancel()
 	n.stopOps() // http.go: before the store closes
+	if n.etcd != nil {
+		n.etcd.Close() // etcd.go: its client talks to this node
+	}
 	n.srv.Stop()
 	n.transport.stop()
 	n.mu.Lock()

@@ -72,6 +72,36 @@ var MethodLevels = map[string]Level{
 	rpcpb.KV_AddNode_FullMethodName:          LevelAdmin,
 	rpcpb.KV_ChangeMembership_FullMethodName: LevelAdmin,
 
+	// The etcd v3 API (internal/etcdapi): the data path, leases and
+	// watches for any user, like Canopy's own. Compact only marks a
+	// revision (Canopy's GC removes versions), so any user too. Status
+	// and the member list are read-only. The methods Canopy does not
+	// implement (they answer Unimplemented) are the admin's.
+	"/etcdserverpb.KV/Range":               LevelUser,
+	"/etcdserverpb.KV/Put":                 LevelUser,
+	"/etcdserverpb.KV/DeleteRange":         LevelUser,
+	"/etcdserverpb.KV/Txn":                 LevelUser,
+	"/etcdserverpb.KV/Compact":             LevelUser,
+	"/etcdserverpb.Watch/Watch":            LevelUser,
+	"/etcdserverpb.Lease/LeaseGrant":       LevelUser,
+	"/etcdserverpb.Lease/LeaseRevoke":      LevelUser,
+	"/etcdserverpb.Lease/LeaseKeepAlive":   LevelUser,
+	"/etcdserverpb.Lease/LeaseTimeToLive":  LevelUser,
+	"/etcdserverpb.Lease/LeaseLeases":      LevelUser,
+	"/etcdserverpb.Cluster/MemberList":     LevelUser,
+	"/etcdserverpb.Cluster/MemberAdd":      LevelAdmin,
+	"/etcdserverpb.Cluster/MemberRemove":   LevelAdmin,
+	"/etcdserverpb.Cluster/MemberUpdate":   LevelAdmin,
+	"/etcdserverpb.Cluster/MemberPromote":  LevelAdmin,
+	"/etcdserverpb.Maintenance/Status":     LevelUser,
+	"/etcdserverpb.Maintenance/Alarm":      LevelAdmin,
+	"/etcdserverpb.Maintenance/Defragment": LevelAdmin,
+	"/etcdserverpb.Maintenance/Hash":       LevelAdmin,
+	"/etcdserverpb.Maintenance/HashKV":     LevelAdmin,
+	"/etcdserverpb.Maintenance/Snapshot":   LevelAdmin,
+	"/etcdserverpb.Maintenance/MoveLeader": LevelAdmin,
+	"/etcdserverpb.Maintenance/Downgrade":  LevelAdmin,
+
 	// Between nodes.
 	rpcpb.Internal_Raft_FullMethodName:       LevelNode,
 	rpcpb.Internal_RaftStream_FullMethodName: LevelNode,
