@@ -1,0 +1,194 @@
+package etcdapi_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, deadline time.Duration, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %v", what, deadline)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A lease that expires takes its keys with it (a watcher sees them
+// deleted); one kept alive does not; a revoked one does at once.
+func TestLeases(t *testing.T) {
+	_, cli := startCluster(t, 3)
+	ctx := testCtx(t)
+	short := must(cli.Grant(ctx, 2))(t)
+	if short.TTL != 2 {
+		t.Fatalf("granted TTL %d", short.TTL)
+	}
+	kept := must(cli.Grant(ctx, 2))(t)
+	revoked := must(cli.Grant(ctx, 60))(t)
+	w := cli.Watch(ctx, "l/", clientv3.WithPrefix(), clientv3.WithRev(short.ResponseHeader.Revision))
+	must(cli.Put(ctx, "l/short", "x", clientv3.WithLease(short.ID)))(t)
+	must(cli.Put(ctx, "l/kept", "x", clientv3.WithLease(kept.ID)))(t)
+	must(cli.Put(ctx, "l/revoked", "x", clientv3.WithLease(revoked.ID)))(t)
+	must(cli.Put(ctx, "l/none", "x"))(t)
+	if _, err := cli.Put(ctx, "l/bad", "x", clientv3.WithLease(12345)); !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		t.Fatalf("put with an unknown lease: %v", err)
+	}
+	ka := must(cli.KeepAlive(ctx, kept.ID))(t)
+	go func() {
+		for range ka {
+		}
+	}()
+	ttl := must(cli.TimeToLive(ctx, revoked.ID, clientv3.WithAttachedKeys()))(t)
+	if ttl.GrantedTTL != 60 || ttl.TTL < 50 || len(ttl.Keys) != 1 || string(ttl.Keys[0]) != "l/revoked" {
+		t.Fatalf("time to live: %+v", ttl)
+	}
+	ls := must(cli.Leases(ctx))(t)
+	if len(ls.Leases) != 3 {
+		t.Fatalf("leases: %v", ls.Leases)
+	}
+	must(cli.Revoke(ctx, revoked.ID))(t)
+	if _, err := cli.Revoke(ctx, revoked.ID); !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		t.Fatalf("second revoke: %v", err)
+	}
+	if g := must(cli.Get(ctx, "l/revoked"))(t); len(g.Kvs) != 0 {
+		t.Fatal("the revoked lease's key is still there")
+	}
+	waitFor(t, "short lease's key deleted", time.Minute, func() bool {
+		g := must(cli.Get(ctx, "l/short"))(t)
+		return len(g.Kvs) == 0
+	})
+	if ttl := must(cli.TimeToLive(ctx, short.ID))(t); ttl.TTL != -1 {
+		t.Fatalf("expired lease's TTL %d, want -1", ttl.TTL)
+	}
+	// Past the short lease's TTL, the kept one's key is still there.
+	time.Sleep(3 * time.Second)
+	if g := must(cli.Get(ctx, "l/kept"))(t); len(g.Kvs) != 1 || g.Kvs[0].Lease != int64(kept.ID) {
+		t.Fatalf("kept-alive key: %v", g.Kvs)
+	}
+	deleted := map[string]bool{}
+	for wr := range w {
+		if err := wr.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				deleted[string(ev.Kv.Key)] = true
+			}
+		}
+		if deleted["l/short"] && deleted["l/revoked"] {
+			break
+		}
+	}
+	if deleted["l/kept"] || deleted["l/none"] {
+		t.Fatalf("deleted: %v", deleted)
+	}
+}
+
+// etcd's concurrency recipes: Mutex excludes, Election elects one leader
+// at a time and hands over when the leader resigns or its session ends.
+func TestConcurrencyRecipes(t *testing.T) {
+	c, cli := startCluster(t, 3)
+	ctx := testCtx(t)
+	clients := []*clientv3.Client{cli, newClient(t, c.Addrs()[1]), newClient(t, c.Addrs()[2])}
+	// Mutex: three sessions increment a counter under the lock; without
+	// exclusion read-then-write would lose increments.
+	const rounds = 5
+	errc := make(chan error, len(clients))
+	for _, cl := range clients {
+		go func(cl *clientv3.Client) {
+			errc <- func() error {
+				s, err := concurrency.NewSession(cl, concurrency.WithTTL(10))
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				m := concurrency.NewMutex(s, "lock/")
+				for i := 0; i < rounds; i++ {
+					if err := m.Lock(ctx); err != nil {
+						return err
+					}
+					g, err := cl.Get(ctx, "counter")
+					if err != nil {
+						return err
+					}
+					n := 0
+					if len(g.Kvs) == 1 {
+						n = int(g.Kvs[0].Value[0])
+					}
+					if _, err := cl.Put(ctx, "counter", string([]byte{byte(n + 1)})); err != nil {
+						return err
+					}
+					if err := m.Unlock(ctx); err != nil {
+						return err
+					}
+				}
+				return nil
+			}()
+		}(cl)
+	}
+	for range clients {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g := must(cli.Get(ctx, "counter"))(t); int(g.Kvs[0].Value[0]) != rounds*len(clients) {
+		t.Fatalf("counter %d, want %d", g.Kvs[0].Value[0], rounds*len(clients))
+	}
+	// Election: the first campaigner leads; a second waits until the
+	// first resigns; an observer sees both leaders in turn.
+	s1 := must(concurrency.NewSession(clients[0], concurrency.WithTTL(10)))(t)
+	s2 := must(concurrency.NewSession(clients[1], concurrency.WithTTL(10)))(t)
+	defer s2.Close()
+	e1, e2 := concurrency.NewElection(s1, "elect/"), concurrency.NewElection(s2, "elect/")
+	if err := e1.Campaign(ctx, "one"); err != nil {
+		t.Fatal(err)
+	}
+	obs := concurrency.NewElection(s2, "elect/").Observe(ctx)
+	won := make(chan error, 1)
+	go func() { won <- e2.Campaign(ctx, "two") }()
+	select {
+	case err := <-won:
+		t.Fatalf("second campaign won while the first leads: %v", err)
+	case <-time.After(time.Second):
+	}
+	l := must(e1.Leader(ctx))(t)
+	if string(l.Kvs[0].Value) != "one" {
+		t.Fatalf("leader %q", l.Kvs[0].Value)
+	}
+	// The first leader's session ends (its lease is revoked): the second wins.
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-won:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("second campaign never won")
+	}
+	seen := map[string]bool{}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for !seen["two"] {
+		select {
+		case r := <-obs:
+			seen[string(r.Kvs[0].Value)] = true
+		case <-octx.Done():
+			t.Fatalf("observer saw %v", seen)
+		}
+	}
+	if err := e2.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,225 @@
+package etcdapi_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/etcdapi"
+	"github.com/canopy-db/canopy/internal/keys"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// op is one write of the history: what a writer was told.
+type op struct {
+	key   string
+	del   bool
+	rev   int64
+	acked bool
+}
+
+// Watches see every committed write exactly once, in revision order,
+// across a leaseholder's stop and restart: the stream of each watcher is
+// compared with the history the writers were told (acknowledged writes
+// must all be there; a write whose request failed may or may not be).
+func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
+	c, cli := startCluster(t, 3)
+	ctx := testCtx(t)
+	first := must(cli.Put(ctx, "w/start", "0"))(t)
+	// Two watchers: from a past revision (catch-up, then live), and with
+	// prev_kv and a filter.
+	w1 := cli.Watch(ctx, "w/", clientv3.WithPrefix(), clientv3.WithRev(first.Header.Revision))
+	w2 := cli.Watch(ctx, "w/", clientv3.WithPrefix(), clientv3.WithRev(first.Header.Revision+1), clientv3.WithPrevKV(), clientv3.WithFilterDelete())
+	type stream struct {
+		mu     sync.Mutex
+		events []*clientv3.Event
+		err    error
+	}
+	collect := func(wc clientv3.WatchChan) *stream {
+		s := &stream{}
+		go func() {
+			for wr := range wc {
+				s.mu.Lock()
+				if wr.Err() != nil {
+					s.err = wr.Err()
+				}
+				s.events = append(s.events, wr.Events...)
+				s.mu.Unlock()
+			}
+		}()
+		return s
+	}
+	s1, s2 := collect(w1), collect(w2)
+
+	var mu sync.Mutex
+	ops := []op{{key: "w/start", rev: first.Header.Revision, acked: true}}
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	clients := []*clientv3.Client{cli, newClient(t, c.Addrs()[0]), newClient(t, c.Addrs()[1]), newClient(t, c.Addrs()[2])}
+	for g, cl := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; wctx.Err() == nil && i < 2000; i++ {
+				k := fmt.Sprintf("w/%d", (g*7+i)%10)
+				o := op{key: k, del: i%5 == 4}
+				rctx, cancel := context.WithTimeout(wctx, 10*time.Second)
+				var err error
+				if o.del {
+					var r *clientv3.DeleteResponse
+					if r, err = cl.Delete(rctx, k); err == nil {
+						o.rev, o.acked = r.Header.Revision, r.Deleted == 1
+					}
+				} else {
+					var r *clientv3.PutResponse
+					if r, err = cl.Put(rctx, k, fmt.Sprintf("%d-%d", g, i)); err == nil {
+						o.rev, o.acked = r.Header.Revision, true
+					}
+				}
+				cancel()
+				if err == nil && !o.acked {
+					continue // a delete of a missing key writes nothing
+				}
+				mu.Lock()
+				ops = append(ops, o)
+				mu.Unlock()
+			}
+		}()
+	}
+	// Stop the leaseholder of the etcd keyspace, then restart it.
+	db, err := client.Open(ctx, c.Addrs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	time.Sleep(2 * time.Second)
+	holder := -1
+	rs, err := db.Ranges(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := keys.UserKey(append(bytes.Clone(etcdapi.Prefix), 'k'))
+	for _, r := range rs {
+		d := r.Desc
+		if bytes.Compare(d.GetStartKey(), k) <= 0 && (len(d.GetEndKey()) == 0 || bytes.Compare(k, d.GetEndKey()) < 0) {
+			holder = c.LeaderOf(d.GetRangeId())
+		}
+	}
+	if holder < 0 {
+		t.Fatal("no leaseholder found for the etcd keyspace")
+	}
+	t.Logf("stopping n%d, the etcd keyspace's leaseholder", holder+1)
+	c.StopNode(holder)
+	time.Sleep(2 * time.Second)
+	if err := c.RestartNode(holder); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	stop()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	var last int64
+	acked := map[string]op{}
+	for _, o := range ops {
+		if o.acked {
+			acked[fmt.Sprintf("%s@%d", o.key, o.rev)] = o
+			last = max(last, o.rev)
+		}
+	}
+	t.Logf("%d acknowledged writes, last revision %d", len(acked), last)
+	if len(acked) < 20 {
+		t.Fatalf("only %d writes acknowledged", len(acked))
+	}
+	// Every watcher reaches the last acknowledged revision.
+	for name, s := range map[string]*stream{"w1": s1, "w2": s2} {
+		waitFor(t, name+" reaching the last revision", time.Minute, func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.err != nil {
+				t.Fatalf("%s: %v", name, s.err)
+			}
+			return len(s.events) > 0 && s.events[len(s.events)-1].Kv.ModRevision >= last
+		})
+	}
+	check := func(name string, s *stream, fromRev int64, wantDeletes bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		seen := map[string]bool{}
+		var prev int64
+		for _, ev := range s.events {
+			id := fmt.Sprintf("%s@%d", ev.Kv.Key, ev.Kv.ModRevision)
+			if seen[id] {
+				t.Errorf("%s: %s delivered twice", name, id)
+			}
+			seen[id] = true
+			if ev.Kv.ModRevision < prev {
+				t.Errorf("%s: %s after revision %d: out of order", name, id, prev)
+			}
+			prev = ev.Kv.ModRevision
+			if !wantDeletes && ev.Type == mvccpb.DELETE {
+				t.Errorf("%s: a delete passed the NODELETE filter", name)
+			}
+			if ev.PrevKv != nil && ev.PrevKv.ModRevision >= ev.Kv.ModRevision {
+				t.Errorf("%s: %s has prev kv at %d", name, id, ev.PrevKv.ModRevision)
+			}
+			if o, ok := acked[id]; ok && o.del != (ev.Type == mvccpb.DELETE) {
+				t.Errorf("%s: %s: event type %v, the writer did delete=%v", name, id, ev.Type, o.del)
+			}
+		}
+		for id, o := range acked {
+			if o.rev < fromRev || (o.del && !wantDeletes) {
+				continue
+			}
+			if !seen[id] {
+				t.Errorf("%s: acknowledged %s (delete %v) never delivered", name, id, o.del)
+			}
+		}
+		t.Logf("%s: %d events", name, len(s.events))
+	}
+	check("w1", s1, first.Header.Revision, true)
+	check("w2", s2, first.Header.Revision+1, false)
+}
+
+// Progress notifications carry a revision at which everything before has
+// been delivered; a watch from a compacted revision is refused.
+func TestWatchProgressAndCompaction(t *testing.T) {
+	_, cli := startCluster(t, 1)
+	ctx := testCtx(t)
+	p := must(cli.Put(ctx, "x", "1"))(t)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := cli.Watch(wctx, "x", clientv3.WithRev(p.Header.Revision))
+	wr := <-w
+	if len(wr.Events) != 1 || wr.Events[0].Kv.ModRevision != p.Header.Revision {
+		t.Fatalf("first response: %+v", wr)
+	}
+	p2 := must(cli.Put(ctx, "x", "2"))(t)
+	if err := cli.RequestProgress(wctx); err != nil {
+		t.Fatal(err)
+	}
+	for got := false; !got; {
+		wr := <-w
+		if wr.Err() != nil {
+			t.Fatal(wr.Err())
+		}
+		if wr.IsProgressNotify() {
+			got = true
+		}
+		for _, ev := range wr.Events {
+			if ev.Kv.ModRevision != p2.Header.Revision {
+				t.Fatalf("event %+v", ev)
+			}
+		}
+	}
+	must(cli.Compact(ctx, p2.Header.Revision))(t)
+	wr = <-cli.Watch(ctx, "x", clientv3.WithRev(p.Header.Revision))
+	if wr.CompactRevision != p2.Header.Revision || !wr.Canceled {
+		t.Fatalf("watch from a compacted revision: %+v", wr)
+	}
+}
