@@ -260,6 +260,9 @@ func newIntentResolver(db *DB) *intentResolver {
 // enqueue queues t, blocking while the queue is full (backpressure on
 // committing callers) until ctx ends; then the task is dropped and counted.
 func (r *intentResolver) enqueue(ctx context.Context, t resolveTask) {
+	if r.db.opts.LeaveIntents && !t.staged {
+		return
+	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.mu.closed {

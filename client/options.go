@@ -98,6 +98,12 @@ type Options struct {
 	// ResolveWorkers is the number of goroutines resolving intents after a
 	// transaction's decision. Default 4.
 	ResolveWorkers int
+	// LeaveIntents: this client does not resolve the intents of its
+	// decided transactions (a parallel commit's status is still recorded);
+	// readers that meet them look the status up and resolve them. For the
+	// status-table experiments (canopy bench status), which need intents of
+	// committed transactions left in place.
+	LeaveIntents bool
 	// ResolveQueueMax bounds the decided transactions waiting for
 	// resolution; a committing caller blocks (within its context) when it
 	// is full. Default 1024.

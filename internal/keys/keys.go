@@ -121,6 +121,14 @@ func StatusSplitKeys(n int) [][]byte {
 	return out
 }
 
+// IsStatusSplitKey reports whether k is a split point of the status table
+// of the form StatusSplitKeys returns: StatusPrefix and one byte. Such a
+// point never separates a status key from its staging key (both start
+// with the same byte after the prefix).
+func IsStatusSplitKey(k []byte) bool {
+	return len(k) == len(StatusPrefix)+1 && bytes.HasPrefix(k, StatusPrefix) && k[len(StatusPrefix)] != 0
+}
+
 // UserSplitKeys returns n-1 split points dividing the user keyspace
 // evenly by the first byte of the user key (by its first two bytes when n
 // is above 256; n at most 65536).

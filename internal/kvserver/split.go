@@ -22,8 +22,8 @@ func (n *Node) split(ctx context.Context, key []byte) *rpcpb.SplitResponse {
 	if !n.bootstrapped() {
 		return fail(pbErr(rpcpb.ErrorCode_NOT_BOOTSTRAPPED, "node is not part of a cluster yet: run canopy init"))
 	}
-	if !keys.IsUser(key) || len(key) > keys.KeyBytesMax+1 {
-		return fail(pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "split key %q must be a user key of at most KeyBytesMax (%d) bytes", key, keys.KeyBytesMax))
+	if !keys.IsStatusSplitKey(key) && (!keys.IsUser(key) || len(key) > keys.KeyBytesMax+1) {
+		return fail(pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "split key %q must be a user key of at most KeyBytesMax (%d) bytes, or a split point of the status table (its prefix and one byte)", key, keys.KeyBytesMax))
 	}
 	for hop := 0; ; hop++ {
 		d, e := n.lookupMeta(ctx, key)

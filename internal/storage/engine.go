@@ -84,6 +84,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		// the process (events.go).
 		EventListener: &pebble.EventListener{DataCorruption: corrupt.record},
 		ReadOnly:      opts.ReadOnly,
+		Levels:        opts.levelOptions(),
 	}
 	if opts.Mode == ModePebble {
 		popts.FormatMajorVersion = pebble.FormatNewest

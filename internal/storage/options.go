@@ -109,6 +109,17 @@ type Options struct {
 	// every write refused. Every file of the store is left as it was; for
 	// inspecting a stopped node's store (canopy debug store).
 	ReadOnly bool
+	// StatusFilterBitsPerKey sizes the Bloom filter of the status table's
+	// keys (statusfilter.go): 0 means DefaultStatusFilterBitsPerKey, a
+	// negative value writes no filter. Tables written with a filter are
+	// read the same with or without one configured.
+	StatusFilterBitsPerKey int
+	// BlockBytes and IndexBlockBytes are Pebble's target data and index
+	// block sizes, at every level; 0 means Pebble's default (4 KiB, and
+	// the data block size for the index). For the status-table
+	// experiments (canopy bench status).
+	BlockBytes      int
+	IndexBlockBytes int
 	// Metrics, if not nil, is where the engine registers its Prometheus
 	// collector (Pebble's metrics and the value log's counters, read at
 	// scrape time; metrics.go) from Open until Close.
@@ -158,6 +169,9 @@ func (o *Options) EnsureDefaults() {
 	if o.Mode == ModeDefault {
 		o.Mode = ModeInline
 	}
+	if o.StatusFilterBitsPerKey == 0 {
+		o.StatusFilterBitsPerKey = DefaultStatusFilterBitsPerKey
+	}
 	if o.ThresholdBytes == 0 {
 		o.ThresholdBytes = DefaultThresholdBytes
 	}
@@ -196,6 +210,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("storage: invalid BlobPlacement %d", o.BlobPlacement)
 	case o.Mode > ModePebble:
 		return fmt.Errorf("storage: invalid mode %d", o.Mode)
+	case o.StatusFilterBitsPerKey > StatusFilterBitsPerKeyMax:
+		return fmt.Errorf("storage: StatusFilterBitsPerKey %d above %d", o.StatusFilterBitsPerKey, StatusFilterBitsPerKeyMax)
+	case o.BlockBytes < 0 || o.BlockBytes > 1<<20 || o.IndexBlockBytes < 0 || o.IndexBlockBytes > 1<<20:
+		return fmt.Errorf("storage: BlockBytes %d or IndexBlockBytes %d out of [0, 1 MiB]", o.BlockBytes, o.IndexBlockBytes)
 	case o.ThresholdBytes < 1 || o.ThresholdBytes > 1<<30:
 		return fmt.Errorf("storage: ThresholdBytes %d out of [1, 1 GiB]", o.ThresholdBytes)
 	case o.BlobFileTargetBytes < 64<<10:
