@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -91,6 +92,7 @@ func init() {
 			if err != nil {
 				return err
 			}
+			setNodeGCPercent()
 			if cpuprofile != "" {
 				// Profiling starts once the node serves and stops when it is
 				// told to stop, so the profile covers the node's working life
@@ -237,4 +239,20 @@ func initError(e *rpcpb.Error) error {
 		return fmt.Errorf("%w: %s", client.ErrUnavailable, e.Message)
 	}
 	return fmt.Errorf("%s: %s", e.Code, e.Message)
+}
+
+// nodeGCPercent is the Go garbage collector's target (GOGC) of a node
+// process unless the environment sets GOGC. A node's Go heap is small (about
+// 10 MiB under load: Pebble's block cache and memtables live outside it), so
+// at Go's default of 100 the collector ran about ten times a second under
+// puts, its marking taking 7% of the node's CPU and every cycle shrinking
+// the stacks of parked goroutines, which the next request grew again. At
+// 400 the heap may reach five times the live data, some tens of MiB more.
+const nodeGCPercent = 400
+
+// setNodeGCPercent applies nodeGCPercent unless GOGC is set.
+func setNodeGCPercent() {
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		debug.SetGCPercent(nodeGCPercent)
+	}
 }
