@@ -874,6 +874,12 @@ func (r *Replica) publishStatus() {
 // down. Only the replica concerned writes it, so that a change is one line
 // in one node's log.
 func (r *Replica) logLeadership(old, st *Status) {
+	becameLeader := st.IsLeader && !old.IsLeader
+	steppedDown := old.IsLeader && !st.IsLeader
+	tookLease := st.Leaseholder && (!old.Leaseholder || old.Term != st.Term)
+	if !becameLeader && !steppedDown && !tookLease {
+		return // the common case, on every Ready: no logger built
+	}
 	l := r.cfg.Logger.With("node", fmt.Sprintf("n%d", NodeOf(r.cfg.PeerID)))
 	switch {
 	case st.IsLeader && !old.IsLeader:
@@ -885,7 +891,7 @@ func (r *Replica) logLeadership(old, st *Status) {
 		}
 		l.Info("stepped down as the range's leader", "range", r.cfg.RangeID, "term", st.Term, "leader", lead)
 	}
-	if st.Leaseholder && (!old.Leaseholder || old.Term != st.Term) {
+	if tookLease {
 		l.Info("took the range's lease", "range", r.cfg.RangeID, "term", st.Term)
 	}
 }
