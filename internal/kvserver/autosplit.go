@@ -70,6 +70,21 @@ func (n *Node) maybeSplitBySize(ctx context.Context, rr *rangeReplica) bool {
 	return true
 }
 
+// rangeApproxBytes estimates the bytes rr's data, system or user, takes
+// in this node's store (0 if unknown): NodeStatus's approx_bytes.
+func (n *Node) rangeApproxBytes(rr *rangeReplica) uint64 {
+	d := rr.sm.Desc()
+	if d == nil {
+		return 0
+	}
+	lo, hi := mvcc.SpanBounds(d.StartKey, d.EndKey)
+	size, err := n.eng.DB().EstimateDiskUsage(lo, hi)
+	if err != nil {
+		return 0
+	}
+	return size
+}
+
 // splitCheck records a size-based split check that found no split.
 type splitCheck struct {
 	generation uint64

@@ -11,6 +11,7 @@ import (
 	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/tso"
+	"github.com/canopy-db/canopy/internal/txnstatus"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -54,6 +55,11 @@ type metrics struct {
 	// cluster's status encoding, and range (their spread over the status
 	// ranges).
 	statusRequests *prometheus.CounterVec
+	// decisions: transaction decisions recorded by this node as
+	// leaseholder, by outcome (committed, aborted) and path (status_record:
+	// a put-unless-exists of the final status that succeeded; one_pc: a
+	// CommitOnePC). Read-only transactions record nothing.
+	decisions *prometheus.CounterVec
 	// tso: the oracle's and the timestamp batcher's.
 	tso *tso.Metrics
 
@@ -79,12 +85,15 @@ func newMetrics(n *Node, reg *prometheus.Registry) (*metrics, error) {
 		statusRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "canopy_status_table_requests_total",
 			Help: "Transaction status table requests served by this node as leaseholder, by op (write: put-unless-exists of a record; lookup: a read), status encoding, and range."},
 			[]string{"op", "encoding", "range"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "canopy_txn_decisions_total",
+			Help: "Transaction decisions recorded by this node as leaseholder, by outcome (committed, aborted) and path (status_record: the final status written to the status table; one_pc: a one-phase commit). Read-only transactions record none."},
+			[]string{"outcome", "path"}),
 	}
 	var err error
 	if m.tso, err = tso.NewMetrics(reg); err != nil {
 		return nil, err
 	}
-	m.collectors = []prometheus.Collector{m.grpc, m.batches, m.batchSeconds, m.requests, m.intentsResolved, m.statusRequests, &rangeGauges{n: n}}
+	m.collectors = []prometheus.Collector{m.grpc, m.batches, m.batchSeconds, m.requests, m.intentsResolved, m.statusRequests, m.decisions, &rangeGauges{n: n}}
 	for i, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			for _, done := range m.collectors[:i] {
@@ -122,13 +131,15 @@ func (n *Node) observeBatch(req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse, 
 		return
 	}
 	var encoding, rangeLabel string
-	for _, ru := range req.Requests {
+	for i, ru := range req.Requests {
 		meth := ru.Method()
 		m.requests.WithLabelValues(meth.String()).Inc()
 		op := ""
 		switch meth {
 		case rpcpb.MethodResolveIntent:
 			m.intentsResolved.Inc()
+		case rpcpb.MethodCommitOnePC:
+			m.decisions.WithLabelValues("committed", "one_pc").Inc()
 		case rpcpb.MethodPlainGet:
 			op = "lookup"
 		case rpcpb.MethodPlainPutUnlessExists:
@@ -142,7 +153,58 @@ func (n *Node) observeBatch(req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse, 
 			rangeLabel = strconv.FormatUint(req.RangeId, 10)
 		}
 		m.statusRequests.WithLabelValues(op, encoding, rangeLabel).Inc()
+		if op == "write" && i < len(resp.Responses) && resp.Responses[i].GetPlainPutUnlessExists().GetSucceeded() {
+			if outcome := n.decisionOf(ru.Key()[len(keys.StatusPrefix):], ru.GetPlainPutUnlessExists().GetValue()); outcome != "" {
+				m.decisions.WithLabelValues(outcome, "status_record").Inc()
+			}
+		}
 	}
+}
+
+// decisionOf returns the outcome ("committed" or "aborted") a status-table
+// record written at key (without keys.StatusPrefix) with value holds, or
+// "" for a STAGING record or bytes the cluster's encoding does not decode.
+func (n *Node) decisionOf(key, value []byte) string {
+	enc := n.statusEncoding()
+	if enc == nil {
+		return ""
+	}
+	startTs, err := enc.StartTs(key)
+	if err != nil {
+		return "" // a staging key (parallel commits): not a decision
+	}
+	_, aborted, err := enc.DecodeValue(startTs, value)
+	switch {
+	case err != nil:
+		return ""
+	case aborted:
+		return "aborted"
+	}
+	return "committed"
+}
+
+// statusEncoding returns the cluster's status-table encoding (nil before
+// the node knows the cluster's settings), made once.
+func (n *Node) statusEncoding() txnstatus.Encoding {
+	if e := n.statusEnc.Load(); e != nil {
+		return *e
+	}
+	s := n.settings()
+	if s == nil {
+		return nil
+	}
+	var enc txnstatus.Encoding
+	var err error
+	switch s.GetStatusEncoding() {
+	case "v1":
+		enc = txnstatus.NewV1()
+	default:
+		if enc, err = txnstatus.NewTickets(s.GetTicketsPartitioningQuantum(), s.GetTicketsRowsPerQuantum()); err != nil {
+			return nil
+		}
+	}
+	n.statusEnc.Store(&enc)
+	return enc
 }
 
 // rangeGauges computes the node's range gauges from its replicas when the

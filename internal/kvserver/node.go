@@ -19,6 +19,7 @@ import (
 	"github.com/canopy-db/canopy/internal/security"
 	"github.com/canopy-db/canopy/internal/storage"
 	"github.com/canopy-db/canopy/internal/tso"
+	"github.com/canopy-db/canopy/internal/txnstatus"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
@@ -242,7 +243,11 @@ func (c *Config) ensureDefaults() error {
 // Node is one Canopy server process's store.
 type Node struct {
 	faults faultHooks // faultinject.go
-	cfg    Config
+	// started is when Start was called (NodeStatus's start time).
+	started time.Time
+	// statusEnc caches the cluster's status-table encoding (metrics.go).
+	statusEnc atomic.Pointer[txnstatus.Encoding]
+	cfg       Config
 	// etcd serves the etcd v3 API (etcd.go).
 	etcd *etcdapi.Server
 	eng  *storage.Engine
@@ -381,7 +386,7 @@ func Start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, eng: eng, log: cfg.Logger, stopc: make(chan struct{}), disk: disk}
+	n := &Node{cfg: cfg, eng: eng, log: cfg.Logger, stopc: make(chan struct{}), disk: disk, started: time.Now()}
 	n.failure.init()
 	n.stopCtx, n.stopCancel = context.WithCancel(context.Background())
 	if err := n.initOps(); err != nil {

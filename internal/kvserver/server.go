@@ -377,12 +377,13 @@ func (s *kvService) ClusterInfo(ctx context.Context, _ *rpcpb.ClusterInfoRequest
 func (s *kvService) NodeStatus(ctx context.Context, _ *rpcpb.NodeStatusRequest) (*rpcpb.NodeStatusResponse, error) {
 	n := s.n
 	resp := &rpcpb.NodeStatusResponse{NodeId: n.NodeID(), Address: n.Addr(), Bootstrapped: n.bootstrapped(),
-		Version: buildinfo.Get().String(), StoreBytes: n.eng.DiskBytes()}
+		Version: buildinfo.Get().String(), StoreBytes: n.eng.DiskBytes(), StartedUnixNanos: n.started.UnixNano()}
 	for _, rr := range n.replicaList() {
 		st := rr.r.Status()
 		rs := &rpcpb.RangeStatus{
 			Range: rr.sm.Desc(), LeaderNodeId: st.Leader, RaftTerm: st.Term,
 			RaftCommittedIndex: st.Commit, RaftAppliedIndex: st.Applied,
+			ApproxBytes: n.rangeApproxBytes(rr),
 		}
 		if st.IsLeader {
 			rs.Followers = followerProgress(rs.Range, rr.r.Progress())

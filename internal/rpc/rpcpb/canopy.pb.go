@@ -3402,7 +3402,11 @@ type RangeStatus struct {
 	RaftCommittedIndex uint64                 `protobuf:"varint,4,opt,name=raft_committed_index,json=raftCommittedIndex,proto3" json:"raft_committed_index,omitempty"`
 	RaftAppliedIndex   uint64                 `protobuf:"varint,5,opt,name=raft_applied_index,json=raftAppliedIndex,proto3" json:"raft_applied_index,omitempty"`
 	// On the leader: every other replica's progress (canopy_membership.proto).
-	Followers     []*FollowerProgress `protobuf:"bytes,6,rep,name=followers,proto3" json:"followers,omitempty"`
+	Followers []*FollowerProgress `protobuf:"bytes,6,rep,name=followers,proto3" json:"followers,omitempty"`
+	// approx_bytes estimates the bytes the range's data takes in this
+	// node's store (Pebble's estimate of the span's files on disk; 0 if
+	// unknown).
+	ApproxBytes   uint64 `protobuf:"varint,7,opt,name=approx_bytes,json=approxBytes,proto3" json:"approx_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3479,6 +3483,13 @@ func (x *RangeStatus) GetFollowers() []*FollowerProgress {
 	return nil
 }
 
+func (x *RangeStatus) GetApproxBytes() uint64 {
+	if x != nil {
+		return x.ApproxBytes
+	}
+	return 0
+}
+
 type NodeStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3524,9 +3535,12 @@ type NodeStatusResponse struct {
 	// version is the node binary's build (buildinfo.Info.String()).
 	Version string `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
 	// store_bytes is the store's size on disk: Pebble's files and blob files.
-	StoreBytes    uint64 `protobuf:"varint,6,opt,name=store_bytes,json=storeBytes,proto3" json:"store_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StoreBytes uint64 `protobuf:"varint,6,opt,name=store_bytes,json=storeBytes,proto3" json:"store_bytes,omitempty"`
+	// started_unix_nanos is when the node's process started serving (its
+	// uptime is now minus this).
+	StartedUnixNanos int64 `protobuf:"varint,7,opt,name=started_unix_nanos,json=startedUnixNanos,proto3" json:"started_unix_nanos,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *NodeStatusResponse) Reset() {
@@ -3597,6 +3611,13 @@ func (x *NodeStatusResponse) GetVersion() string {
 func (x *NodeStatusResponse) GetStoreBytes() uint64 {
 	if x != nil {
 		return x.StoreBytes
+	}
+	return 0
+}
+
+func (x *NodeStatusResponse) GetStartedUnixNanos() int64 {
+	if x != nil {
+		return x.StartedUnixNanos
 	}
 	return 0
 }
@@ -5301,15 +5322,16 @@ const file_canopy_proto_rawDesc = "" +
 	"\rSplitResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12+\n" +
 	"\x04left\x18\x02 \x01(\v2\x17.canopy.RangeDescriptorR\x04left\x12-\n" +
-	"\x05right\x18\x03 \x01(\v2\x17.canopy.RangeDescriptorR\x05right\"\x97\x02\n" +
+	"\x05right\x18\x03 \x01(\v2\x17.canopy.RangeDescriptorR\x05right\"\xba\x02\n" +
 	"\vRangeStatus\x12-\n" +
 	"\x05range\x18\x01 \x01(\v2\x17.canopy.RangeDescriptorR\x05range\x12$\n" +
 	"\x0eleader_node_id\x18\x02 \x01(\x04R\fleaderNodeId\x12\x1b\n" +
 	"\traft_term\x18\x03 \x01(\x04R\braftTerm\x120\n" +
 	"\x14raft_committed_index\x18\x04 \x01(\x04R\x12raftCommittedIndex\x12,\n" +
 	"\x12raft_applied_index\x18\x05 \x01(\x04R\x10raftAppliedIndex\x126\n" +
-	"\tfollowers\x18\x06 \x03(\v2\x18.canopy.FollowerProgressR\tfollowers\"\x13\n" +
-	"\x11NodeStatusRequest\"\xd3\x01\n" +
+	"\tfollowers\x18\x06 \x03(\v2\x18.canopy.FollowerProgressR\tfollowers\x12!\n" +
+	"\fapprox_bytes\x18\a \x01(\x04R\vapproxBytes\"\x13\n" +
+	"\x11NodeStatusRequest\"\x81\x02\n" +
 	"\x12NodeStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12+\n" +
@@ -5317,7 +5339,8 @@ const file_canopy_proto_rawDesc = "" +
 	"\fbootstrapped\x18\x04 \x01(\bR\fbootstrapped\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12\x1f\n" +
 	"\vstore_bytes\x18\x06 \x01(\x04R\n" +
-	"storeBytes\"\x9c\x01\n" +
+	"storeBytes\x12,\n" +
+	"\x12started_unix_nanos\x18\a \x01(\x03R\x10startedUnixNanos\"\x9c\x01\n" +
 	"\vRaftMessage\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\x04R\arangeId\x12 \n" +
 	"\ffrom_node_id\x18\x02 \x01(\x04R\n" +
