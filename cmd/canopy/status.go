@@ -127,7 +127,9 @@ func (r *statusReport) print(w io.Writer, format string) error {
 func prettyKey(k []byte) string { return clusterstatus.PrettyKey(k, false) }
 
 // prettyKeyAs is prettyKey with the user key in format (hex: hexadecimal).
-func prettyKeyAs(format string, k []byte) string { return clusterstatus.PrettyKey(k, format == outputHex) }
+func prettyKeyAs(format string, k []byte) string {
+	return clusterstatus.PrettyKey(k, format == outputHex)
+}
 
 // humanBytes renders n bytes with a binary unit: 512 B, 1.5 KiB, 3.2 GiB.
 func humanBytes(n uint64) string {
