@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
 
 	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/clusterstatus"
 	"github.com/spf13/cobra"
 )
 
@@ -110,40 +110,15 @@ func exitCode(err error) int {
 	return ExitError
 }
 
-// grpcText matches the text gRPC status errors add ("rpc error: code =
-// Unavailable desc = "), and transportText the connection-error wrapping
-// inside it, so that errorLine can keep the cause alone: users see "dial
-// tcp 127.0.0.1:1: connect: connection refused", not the transport's
-// framing.
-var (
-	grpcText      = regexp.MustCompile(`rpc error: code = (\w+) desc = `)
-	transportText = regexp.MustCompile(`connection error: desc = "transport: (?:Error while dialing:? )?([^"]*)"`)
-)
-
-// errorLine renders err as one line without gRPC framing.
+// errorLine renders err as one line without gRPC framing
+// (clusterstatus.ErrorText): users see "dial tcp 127.0.0.1:1: connect:
+// connection refused", not the transport's framing.
 func errorLine(err error) string {
-	s := err.Error()
-	s = transportText.ReplaceAllString(s, "$1")
-	s = grpcText.ReplaceAllStringFunc(s, func(m string) string {
-		code := grpcText.FindStringSubmatch(m)[1]
-		return strings.ToLower(splitCamel(code)) + ": "
-	})
+	s := clusterstatus.ErrorText(err)
 	if errors.Is(err, context.DeadlineExceeded) && !strings.Contains(s, "--timeout") {
 		s += " (the command's --timeout passed)"
 	}
-	return strings.ReplaceAll(s, "\n", " ")
-}
-
-// splitCamel turns "DeadlineExceeded" into "Deadline Exceeded".
-func splitCamel(s string) string {
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && r >= 'A' && r <= 'Z' {
-			b.WriteByte(' ')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+	return s
 }
 
 // reportError prints a failed command's usage line and error to w and

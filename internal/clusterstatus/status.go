@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -411,3 +412,36 @@ func (j *JSON) Redact() {
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// grpcText matches the text gRPC status errors add ("rpc error: code =
+// Unavailable desc = "), and transportText the connection-error wrapping
+// inside it, so that ErrorText can keep the cause alone.
+var (
+	grpcText      = regexp.MustCompile(`rpc error: code = (\w+) desc = `)
+	transportText = regexp.MustCompile(`connection error: desc = "transport: (?:Error while dialing:? )?([^"]*)"`)
+)
+
+// ErrorText renders err as one line without gRPC's framing: "unavailable:
+// dial tcp 127.0.0.1:1: connect: connection refused", not "rpc error: code
+// = Unavailable desc = connection error: desc = \"transport: ...".
+func ErrorText(err error) string {
+	s := err.Error()
+	s = transportText.ReplaceAllString(s, "$1")
+	s = grpcText.ReplaceAllStringFunc(s, func(m string) string {
+		code := grpcText.FindStringSubmatch(m)[1]
+		return strings.ToLower(splitCamel(code)) + ": "
+	})
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
+// splitCamel turns "DeadlineExceeded" into "Deadline Exceeded".
+func splitCamel(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte(' ')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

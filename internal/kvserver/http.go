@@ -11,17 +11,20 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/statuspage"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// The node's HTTP server (Config.HTTPAddr): Prometheus metrics at
-// /metrics and health checks at /health (health.go). It serves only what
-// anyone on the network may read; nothing on it changes the node. With
-// Config.Certs it serves HTTPS with the node certificate and asks for no
-// client certificate.
+// The node's HTTP server (Config.HTTPAddr): the status page at /
+// (internal/statuspage), Prometheus metrics at /metrics and health checks
+// at /health (health.go). Nothing on it changes the node. With
+// Config.Certs it serves HTTPS with the node certificate and verifies a
+// client certificate if one is given, without requiring one: only the
+// status page's user keys need it (statuspage's doc).
 
 // Limits of the HTTP server.
 const (
@@ -40,6 +43,8 @@ type ops struct {
 	// httpSrv and httpLis are nil without Config.HTTPAddr.
 	httpSrv *http.Server
 	httpLis net.Listener
+	// page is the status page (nil without an HTTP server).
+	page *statuspage.Page
 }
 
 // initOps makes the node's metrics and health service. Config.Metrics is
@@ -87,6 +92,19 @@ func (n *Node) startOps() error {
 		Registry: n.cfg.Metrics,
 	}))
 	mux.HandleFunc("GET /health", n.serveHealth)
+	n.ops.page = statuspage.New(statuspage.Config{
+		Open:     n.openSelfClient,
+		Gatherer: n.ops.metrics.charts,
+		NodeID:   n.NodeID,
+		Secure:   n.cfg.Certs != nil,
+		Logger:   n.log,
+	})
+	n.ops.page.Register(mux)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.ops.page.Run(n.stopc)
+	}()
 	if n.cfg.FaultInjection {
 		n.registerFaultHandlers(mux) // faultinject.go
 	}
@@ -108,8 +126,19 @@ func (n *Node) startOps() error {
 			n.log.Error("HTTP server", "addr", lis.Addr().String(), "err", err)
 		}
 	}()
-	n.log.Info("serving HTTP (metrics, health)", "addr", lis.Addr().String(), "scheme", scheme)
+	n.log.Info("serving HTTP (status page, metrics, health)", "addr", lis.Addr().String(), "scheme", scheme)
 	return nil
+}
+
+// openSelfClient opens the status page's client of the cluster: through
+// this node's own gRPC address, with the node certificate (a node may call
+// every RPC) or without TLS on an insecure node.
+func (n *Node) openSelfClient(ctx context.Context) (*client.DB, error) {
+	opts := client.Options{Logger: n.log.With("component", "status page")}
+	if n.cfg.Certs != nil {
+		opts.TLS = n.cfg.Certs.PeerTLS()
+	}
+	return client.Open(ctx, []string{n.Addr()}, client.WithOptions(opts))
 }
 
 // stopOps stops the HTTP server, waiting at most HTTPShutdownMax for
@@ -126,6 +155,9 @@ func (n *Node) stopOps() {
 		if err := n.ops.httpSrv.Shutdown(ctx); err != nil {
 			_ = n.ops.httpSrv.Close()
 		}
+	}
+	if n.ops.page != nil {
+		n.ops.page.Close()
 	}
 }
 

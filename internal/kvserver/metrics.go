@@ -64,6 +64,10 @@ type metrics struct {
 	tso *tso.Metrics
 
 	collectors []prometheus.Collector
+	// charts holds the metrics of the status page's charts (batches,
+	// requests, latency, decisions) again, so that its sampler gathers
+	// them alone every few seconds (internal/statuspage).
+	charts *prometheus.Registry
 }
 
 // newMetrics makes the node's metrics and registers them on reg.
@@ -93,6 +97,8 @@ func newMetrics(n *Node, reg *prometheus.Registry) (*metrics, error) {
 	if m.tso, err = tso.NewMetrics(reg); err != nil {
 		return nil, err
 	}
+	m.charts = prometheus.NewRegistry()
+	m.charts.MustRegister(m.batches, m.batchSeconds, m.requests, m.decisions)
 	m.collectors = []prometheus.Collector{m.grpc, m.batches, m.batchSeconds, m.requests, m.intentsResolved, m.statusRequests, m.decisions, &rangeGauges{n: n}}
 	for i, c := range m.collectors {
 		if err := reg.Register(c); err != nil {

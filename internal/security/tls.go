@@ -77,12 +77,16 @@ func (c *NodeCerts) PeerTLS() *tls.Config {
 	}
 }
 
-// HTTPTLS is the configuration of the node's HTTPS server (metrics,
-// health): its certificate, no client certificate asked. TLS 1.2 is
-// allowed for health checkers and scrapers that lack 1.3.
+// HTTPTLS is the configuration of the node's HTTPS server (status page,
+// metrics, health): its certificate, and a client certificate verified
+// against the CA if one is given, none required (the status page shows
+// user keys only to a verified client). TLS 1.2 is allowed for health
+// checkers, scrapers and browsers that lack 1.3.
 func (c *NodeCerts) HTTPTLS() *tls.Config {
 	return &tls.Config{
 		Certificates: []tls.Certificate{c.cert},
+		ClientCAs:    c.pool,
+		ClientAuth:   tls.VerifyClientCertIfGiven,
 		MinVersion:   tls.VersionTLS12,
 	}
 }
