@@ -10,7 +10,7 @@
 # image builds where no image can be pulled.
 FROM scratch
 COPY canopy /canopy
-# gRPC (clients and peers) and HTTP (metrics, health).
+# gRPC (clients and peers) and HTTP (status page, metrics, health).
 EXPOSE 26257 8080
 VOLUME /data
 # The binary checks itself: no curl in scratch. Ready means initialized, a

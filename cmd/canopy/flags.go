@@ -72,7 +72,7 @@ func checkHostPort(flag, addr string, zeroOK, resolve bool) error {
 	return nil
 }
 
-// HTTPPortOffset: by default a node serves HTTP (metrics, health) on its
+// HTTPPortOffset: by default a node serves HTTP (status page, metrics, health) on its
 // --listen host at the gRPC port plus this offset (26257 -> 27257), so
 // that nodes started on consecutive gRPC ports, as in the README, get
 // distinct HTTP ports too.

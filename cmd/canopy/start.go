@@ -148,7 +148,7 @@ func init() {
 	cmd.Flags().IntVar(&splitQPS, "range-split-qps", kvserver.DefaultRangeSplitQPS, fmt.Sprintf("split a range serving more requests a second than this for %v, at a key dividing its load (0: never)", kvserver.DefaultLoadSplitAfter))
 	cmd.Flags().StringVar(&rangeMaxSize, "range-max-size", "64MiB", "split a range whose estimated size on disk passes this (off: never); e.g. 512MiB")
 	cmd.Flags().StringVar(&minFree, "store-min-free", "0", "refuse writes while the store's disk has less free space than this (0: 1% of the disk, at least 32MiB, at most 1GiB; off: no check); e.g. 512MiB, 2GB")
-	cmd.Flags().StringVar(&httpAddr, "http-addr", "", fmt.Sprintf("address to serve HTTP on: Prometheus metrics at /metrics, health at /health and /health?ready=1 (default: --listen's host, port + %d; off: none)", HTTPPortOffset))
+	cmd.Flags().StringVar(&httpAddr, "http-addr", "", fmt.Sprintf("address to serve HTTP on: the status page at /, Prometheus metrics at /metrics, health at /health and /health?ready=1 (default: --listen's host, port + %d; off: none)", HTTPPortOffset))
 	addSecurityFlags(cmd, false) // conn.go
 	cmd.Flags().StringVar(&adminUser, "admin-user", security.AdminUserDefault, "the user whose client certificate may call administrative RPCs (init, split, settings)")
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the node, from start until SIGINT/SIGTERM, to this file")

@@ -23,9 +23,12 @@
 // which names the problem instead of a bare handshake failure. This is
 // CockroachDB's choice too. Clients and nodes verify the server's
 // certificate against the CA and its address against the certificate's
-// names. The HTTP server (metrics, health) serves HTTPS with the node
-// certificate and asks for no client certificate: it serves only what
-// anyone on the network may read.
+// names. The HTTP server (status page, metrics, health) serves HTTPS
+// with the node certificate and verifies a client certificate if one is
+// given, requiring none: what it serves is read-only and open to anyone
+// who reaches the port, except the status page's user keys (range
+// boundaries), which it shows only to a verified client
+// (internal/statuspage).
 //
 // Authorization (authz.go). Authorize is a pure function of the method,
 // the caller's user (the verified certificate's common name) and, for
