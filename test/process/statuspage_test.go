@@ -317,7 +317,7 @@ func TestStatusPageSecure(t *testing.T) {
 	c.eventually("/api/metrics of the nodes counting the commits", func() error {
 		committed := 0.0
 		for _, nd := range c.nodes {
-			n, err := seriesCommits(anon, "https://" + nd.httpAddr)
+			n, err := seriesCommits(anon, "https://"+nd.httpAddr)
 			if err != nil {
 				return err
 			}
@@ -371,7 +371,7 @@ func TestStatusPageInsecure(t *testing.T) {
 	// recorded the most commits (as leaseholder of status ranges).
 	url, most := "", -1.0
 	for _, nd := range c.nodes {
-		committed, err := seriesCommits(&http.Client{Timeout: opMax}, "http://" + nd.httpAddr)
+		committed, err := seriesCommits(&http.Client{Timeout: opMax}, "http://"+nd.httpAddr)
 		if err != nil {
 			t.Fatal(err)
 		}
