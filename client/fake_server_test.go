@@ -69,6 +69,9 @@ type fakeCluster struct {
 		dropAsync func(key []byte) bool
 		// asyncBatches counts batches sent with async_consensus.
 		asyncBatches int
+		// feedRefusal, if set, is the gRPC error every RangeFeed stream
+		// ends with (fakeFeed); else RangeFeed is unimplemented.
+		feedRefusal error
 	}
 	tsEntered chan struct{} // receives one value per Timestamps RPC entering the gate
 	nodes     []*fakeNode
@@ -135,6 +138,7 @@ func newFakeCluster(t testing.TB, n int) *fakeCluster {
 		nd := &fakeNode{c: c, id: uint64(i), addr: lis.Addr().String(), srv: grpc.NewServer(
 			grpc.MaxRecvMsgSize(messageBytesMax), grpc.MaxSendMsgSize(messageBytesMax))}
 		rpcpb.RegisterKVServer(nd.srv, nd)
+		rpcpb.RegisterFeedServer(nd.srv, &fakeFeed{c: c})
 		go nd.srv.Serve(lis)
 		c.nodes = append(c.nodes, nd)
 	}
@@ -835,4 +839,22 @@ func (n *fakeNode) Split(ctx context.Context, req *rpcpb.SplitRequest) (*rpcpb.S
 
 func (n *fakeNode) NodeStatus(ctx context.Context, req *rpcpb.NodeStatusRequest) (*rpcpb.NodeStatusResponse, error) {
 	return &rpcpb.NodeStatusResponse{NodeId: n.id, Address: n.addr, Bootstrapped: true}, nil
+}
+
+// fakeFeed is the Feed service of a fakeNode: it serves no rangefeed; a
+// stream ends with the cluster's feedRefusal (as the node's authorization
+// interceptor refuses a stream), or Unimplemented.
+type fakeFeed struct {
+	rpcpb.UnimplementedFeedServer
+	c *fakeCluster
+}
+
+func (f *fakeFeed) RangeFeed(req *rpcpb.RangeFeedRequest, st rpcpb.Feed_RangeFeedServer) error {
+	f.c.mu.Lock()
+	err := f.c.mu.feedRefusal
+	f.c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return f.UnimplementedFeedServer.RangeFeed(req, st)
 }

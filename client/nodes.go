@@ -55,6 +55,7 @@ func newNodeDirectory(seeds []string, tlsConfig *tls.Config, extra []grpc.DialOp
 	}
 	d.dialOpts = append([]grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(d.identityInterceptor),
+		grpc.WithChainStreamInterceptor(refusalStreamInterceptor),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(messageBytesMax), grpc.MaxCallSendMsgSize(messageBytesMax)),
 	}, extra...)
@@ -183,7 +184,46 @@ func (d *nodeDirectory) identityInterceptor(ctx context.Context, method string, 
 	}
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	if rpcpb.IsAuthRefusal(err) {
-		return &stopError{fmt.Errorf("%w: node at %s: %s", ErrPermission, cc.Target(), status.Convert(err).Message())}
+		return permissionError(cc.Target(), err)
+	}
+	return err
+}
+
+// permissionError is a node's refusal of the caller's credentials (gRPC
+// Unauthenticated or PermissionDenied from the node at target) as an
+// ErrPermission that ends the request at once, without gRPC's framing.
+func permissionError(target string, err error) error {
+	return &stopError{fmt.Errorf("%w: node at %s: %s", ErrPermission, target, status.Convert(err).Message())}
+}
+
+// refusalStreamInterceptor does for streaming RPCs (Watch's RangeFeed)
+// what identityInterceptor does for unary ones: a refusal of the
+// caller's credentials, when the stream is made or on its first
+// receive (where a server-side interceptor's refusal of a stream
+// arrives), becomes permissionError.
+func refusalStreamInterceptor(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if rpcpb.IsAuthRefusal(err) {
+		return nil, permissionError(cc.Target(), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &refusalStream{ClientStream: s, target: cc.Target()}, nil
+}
+
+// refusalStream is a client stream whose receives turn refusals into
+// permissionError.
+type refusalStream struct {
+	grpc.ClientStream
+	target string
+}
+
+// RecvMsg implements grpc.ClientStream.
+func (s *refusalStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if rpcpb.IsAuthRefusal(err) {
+		return permissionError(s.target, err)
 	}
 	return err
 }

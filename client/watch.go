@@ -165,7 +165,8 @@ func seenKey(k []byte, ts uint64) string {
 // Read Events until it is closed, then Err says why. Errors:
 // ErrInvalidArgument (bad span), *CompactedError (ErrCompacted),
 // ErrSlowWatcher, ErrUnavailable (a range could not be followed within
-// Options.SendAttemptsMax attempts), or the context's error.
+// Options.SendAttemptsMax attempts), ErrPermission (a node refused the
+// caller's credentials: not retried), or the context's error.
 func (db *DB) Watch(ctx context.Context, span Span, fromTs uint64, opts ...WatchOption) (*Watcher, error) {
 	var o WatchOptions
 	for _, f := range opts {
@@ -426,11 +427,17 @@ func (w *Watcher) stream(p *watchPiece, fc rpcpb.FeedClient, rangeID uint64, pus
 	ctx, cancel := context.WithCancel(w.ctx)
 	defer cancel()
 	st, err := fc.RangeFeed(w.db.nodes.outgoing(ctx), &rpcpb.RangeFeedRequest{RangeId: rangeID, StartKey: p.start, EndKey: p.end, FromTs: p.resolved})
+	if refused(err) {
+		return false, nil, unstop(err) // ErrPermission: ends the watch
+	}
 	if err != nil {
 		return false, nil, fmt.Errorf("%w: %w", errFeedTransport, err)
 	}
 	for {
 		m, err := st.Recv()
+		if refused(err) {
+			return progress, nil, unstop(err)
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("stream ended without an error event")
