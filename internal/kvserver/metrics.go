@@ -97,6 +97,10 @@ func newMetrics(n *Node, reg *prometheus.Registry) (*metrics, error) {
 	if m.tso, err = tso.NewMetrics(reg); err != nil {
 		return nil, err
 	}
+	for _, outcome := range []string{"committed", "aborted"} {
+		m.decisions.WithLabelValues(outcome, "status_record") // listed at 0 from the start
+	}
+	m.decisions.WithLabelValues("committed", "one_pc")
 	m.charts = prometheus.NewRegistry()
 	m.charts.MustRegister(m.batches, m.batchSeconds, m.requests, m.decisions)
 	m.collectors = []prometheus.Collector{m.grpc, m.batches, m.batchSeconds, m.requests, m.intentsResolved, m.statusRequests, m.decisions, &rangeGauges{n: n}}

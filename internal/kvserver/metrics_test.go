@@ -2,6 +2,7 @@ package kvserver_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -176,6 +177,43 @@ func TestMetricsInProcess(t *testing.T) {
 	if got := total("canopy_kv_requests_total", 3, "method", "Put"); got != writes {
 		t.Errorf("Put requests = %v, want %d", got, writes)
 	}
+	// Transaction decisions, each counted once over the nodes: a write to
+	// two ranges commits by its status record, one handed to the commit
+	// on one range by a one-phase commit, and an aborted one by its
+	// status record.
+	if err := db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+		if err := txn.Put(ctx, []byte("a"), []byte("v")); err != nil {
+			return err
+		}
+		return txn.Put(ctx, []byte("z"), []byte("v"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+		return txn.CommitWith(ctx, client.Write{Key: []byte("b"), Value: []byte("v")})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	abort := errors.New("roll back")
+	if err := db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+		if err := txn.Put(ctx, []byte("c"), []byte("v")); err != nil {
+			return err
+		}
+		return abort
+	}); !errors.Is(err, abort) {
+		t.Fatalf("rolled-back transaction: %v", err)
+	}
+	waitFor(t, "the decisions counted", func() error {
+		for _, d := range []struct {
+			outcome, path string
+			want          float64
+		}{{"committed", "status_record", 1}, {"committed", "one_pc", 1}, {"aborted", "status_record", 1}} {
+			if got := total("canopy_txn_decisions_total", 3, "outcome", d.outcome, "path", d.path); got != d.want {
+				return fmt.Errorf("canopy_txn_decisions_total{outcome=%q,path=%q} = %v, want %v", d.outcome, d.path, got, d.want)
+			}
+		}
+		return nil
+	})
 	waitFor(t, "one leaseholder per range, none under-replicated", func() error {
 		if got := total("canopy_replicas_leaseholders", 3); got != float64(len(ranges)) {
 			return fmt.Errorf("leaseholders %v, want %d", got, len(ranges))
