@@ -175,6 +175,8 @@ func errorFromPB(pb *rpcpb.Error) error {
 		return &RetryableError{Reason: ReasonIntentPending, Msg: pb.GetMessage()}
 	case rpcpb.ErrorCode_DEADLOCK:
 		return &RetryableError{Reason: ReasonDeadlock, Msg: pb.GetMessage()}
+	case rpcpb.ErrorCode_PROTOCOL_NOT_RUN:
+		return &ProtocolError{Msg: pb.GetMessage()}
 	default:
 		return fmt.Errorf("%w: %s: %s", ErrInternal, pb.GetCode(), pb.GetMessage())
 	}

@@ -410,6 +410,9 @@ type TxnOptions struct {
 	// ParallelCommits overrides Options.ParallelCommits for this
 	// transaction.
 	ParallelCommits Toggle
+	// Protocol is the transaction's commit protocol ("" = the cluster's,
+	// DB.Protocol); see WithProtocol.
+	Protocol Protocol
 }
 
 // TxnOption changes TxnOptions.

@@ -322,7 +322,7 @@ func (s *sender) sendBatch(ctx context.Context, routeKey []byte, write, async bo
 		// A synchronous write or a proof waits for a consensus round
 		// (RoundCounter, stats.go).
 		done := waitForRound(ctx, (write && !async) || (len(reqs) > 0 && reqs[0].GetQueryIntent() != nil))
-		resp, err := kv.Batch(ctx, &rpcpb.BatchRequest{RangeId: d.GetRangeId(), Requests: reqs, AsyncConsensus: async})
+		resp, err := kv.Batch(ctx, &rpcpb.BatchRequest{RangeId: d.GetRangeId(), Requests: reqs, AsyncConsensus: async, Protocol: protocolOf(ctx)})
 		done()
 		if err != nil {
 			return nil, err

@@ -32,6 +32,7 @@ import (
 type Txn struct {
 	db           *DB
 	opts         TxnOptions
+	protocol     Protocol
 	startTs      uint64
 	heartbeatKey []byte
 
@@ -57,6 +58,13 @@ type Txn struct {
 		// Options.TxnKeysMax.
 		writes    map[string]struct{}
 		writeKeys [][]byte
+		// lockKeys: keys, outside the write set, at which the
+		// transaction may hold a lock (2pc-locking's shared read locks),
+		// recorded before the request that takes it is sent (addLock);
+		// released with the write set after the decision. Invariant:
+		// disjoint from writes; len(lockKeys) <= Options.TxnKeysMax.
+		lockKeys [][]byte
+		locks    map[string]struct{}
 		// onePCSent: a one-phase commit was sent (txn_onepc.go), so an
 		// abort must ask its range, not skip the stack for lack of writes.
 		onePCSent bool
@@ -96,39 +104,45 @@ func (db *DB) Begin(ctx context.Context, opts ...TxnOption) (*Txn, error) {
 }
 
 func (db *DB) begin(ctx context.Context, o TxnOptions) (*Txn, error) {
+	p := o.Protocol
+	if p == "" {
+		p = db.Protocol()
+	}
+	impl, err := protocolFor(p)
+	if err != nil {
+		return nil, err
+	}
 	ts, err := db.oracle.timestamp(ctx)
 	if err != nil {
 		return nil, err
 	}
-	t := &Txn{db: db, opts: o, startTs: ts, heartbeatKey: keys.HeartbeatKey(ts)}
+	t := &Txn{db: db, opts: o, protocol: p, startTs: ts, heartbeatKey: keys.HeartbeatKey(ts)}
 	t.mu.writes = map[string]struct{}{}
-	t.buildStack()
+	t.buildStack(impl)
 	return t, nil
 }
 
-// buildStack assembles the coordinator's layers in the order
-// txn_layers.go gives, bottom up.
-func (t *Txn) buildStack() {
+// buildStack assembles the coordinator of the transaction's protocol
+// (protocol.go).
+func (t *Txn) buildStack(impl commitProtocol) {
+	t.stack, t.hb = impl.stack(t)
+}
+
+// newHeartbeater returns the heartbeater every protocol puts on top of its
+// stack, over next.
+func (t *Txn) newHeartbeater(next txnLayer) *txnHeartbeater {
 	db := t.db
-	var l txnLayer = &txnWire{t: t}
-	l = newSpanRefresher(l, t.opts.Isolation == Serializable, db.opts.ReadSpansMax)
-	l = &txnCommitter{next: l, startTs: t.startTs, abortTimeout: db.opts.AbortTimeout, logger: db.opts.Logger, stats: &db.stats,
-		stepHook: db.opts.TestingCommitStep}
-	pipelining, parallelCommits, onePC := db.txnSwitches(t.opts)
-	t.onePC = onePC
-	pl := newPipeliner(l, pipelining, int64(db.opts.PipelinedBytesMax), &db.stats)
-	pl.parallelCommits = parallelCommits
-	l = pl
-	l = &txnSeqNumAllocator{next: l}
-	t.hb = newHeartbeater(l, heartbeatConfig{
+	return newHeartbeater(next, heartbeatConfig{
 		startTs: t.startTs, ttl: db.opts.HeartbeatTTL, lifetimeMax: db.opts.TxnLifetimeMax,
 		clock: db.opts.Clock, logger: db.opts.Logger, bg: db.ctx,
 		putRecord: func(ctx context.Context, expiry time.Time) error {
 			return db.plainPut(ctx, t.heartbeatKey, heartbeatValue(expiry), false)
 		},
 	})
-	t.stack = t.hb
 }
+
+// Protocol is the transaction's commit protocol.
+func (t *Txn) Protocol() Protocol { return t.protocol }
 
 // StartTs is the transaction's start timestamp: it reads the snapshot at
 // this timestamp.
@@ -147,7 +161,7 @@ func (t *Txn) CommitTs() uint64 {
 func (t *Txn) waiter() waiter {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return waiter{startTs: t.startTs, holdsIntents: len(t.mu.writeKeys) > 0}
+	return waiter{startTs: t.startTs, holdsIntents: len(t.mu.writeKeys)+len(t.mu.lockKeys) > 0}
 }
 
 // meta is the transaction's identity in intents.
@@ -185,6 +199,50 @@ func (t *Txn) fail(err error) error {
 	return err
 }
 
+// send sends r down the coordinator's stack, under a context that names
+// the transaction's protocol to the server (protocol.go).
+func (t *Txn) send(ctx context.Context, r *txnReq) (*txnResp, error) {
+	return t.stack.send(ctxWithProtocol(ctx, t.protocol), r)
+}
+
+// addLock adds k to the lock set unless it is in the write set, enforcing
+// TxnKeysMax over both.
+func (t *Txn) addLock(k []byte) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.mu.writes[string(k)]; ok {
+		return nil
+	}
+	if _, ok := t.mu.locks[string(k)]; ok {
+		return nil
+	}
+	if n := len(t.mu.writeKeys) + len(t.mu.lockKeys); n >= t.db.opts.TxnKeysMax {
+		return invalidArgf("transaction locks %d keys, above the limit TxnKeysMax=%d", n+1, t.db.opts.TxnKeysMax)
+	}
+	if t.mu.locks == nil {
+		t.mu.locks = map[string]struct{}{}
+	}
+	t.mu.locks[string(k)] = struct{}{}
+	t.mu.lockKeys = append(t.mu.lockKeys, k)
+	return nil
+}
+
+// cleanupKeysLocked returns every key whose intent or lock the
+// transaction's decision must resolve: the write set, then the lock set
+// (minus keys written since they were locked). t.mu must be held.
+func (t *Txn) cleanupKeysLocked() [][]byte {
+	if len(t.mu.lockKeys) == 0 {
+		return t.mu.writeKeys
+	}
+	ks := append([][]byte(nil), t.mu.writeKeys...)
+	for _, k := range t.mu.lockKeys {
+		if _, w := t.mu.writes[string(k)]; !w {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
 // addWrite adds k to the write set, enforcing TxnKeysMax.
 func (t *Txn) addWrite(k []byte) error {
 	t.mu.Lock()
@@ -211,7 +269,7 @@ func (t *Txn) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
 	if err := t.usable(); err != nil {
 		return nil, false, err
 	}
-	r, err := t.stack.send(ctx, &txnReq{op: opGet, key: keys.UserKey(key)})
+	r, err := t.send(ctx, &txnReq{op: opGet, key: keys.UserKey(key)})
 	if err != nil {
 		return nil, false, t.fail(err)
 	}
@@ -231,7 +289,7 @@ func (t *Txn) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyValu
 	if err := t.usable(); err != nil {
 		return nil, err
 	}
-	r, err := t.stack.send(ctx, &txnReq{op: opScan, key: ls, end: le, limit: limit})
+	r, err := t.send(ctx, &txnReq{op: opScan, key: ls, end: le, limit: limit})
 	if err != nil {
 		return nil, t.fail(err)
 	}
@@ -268,7 +326,7 @@ func (t *Txn) writeLogical(ctx context.Context, k, value []byte, del bool) error
 	if err := t.addWrite(k); err != nil {
 		return err
 	}
-	_, err := t.stack.send(ctx, &txnReq{op: opWrite, key: k, value: value, del: del})
+	_, err := t.send(ctx, &txnReq{op: opWrite, key: k, value: value, del: del})
 	return t.fail(err)
 }
 
@@ -312,12 +370,13 @@ func (t *Txn) abort(ctx context.Context) (decision, error) {
 	wrote := len(t.mu.writeKeys) > 0 || t.mu.onePCSent
 	t.mu.Unlock()
 	if !wrote && !t.hb.written() {
+		// Nothing to record: finish releases any locks of reads.
 		t.finish(ctx, decision{})
 		return decision{}, nil
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.db.opts.AbortTimeout)
 	defer cancel()
-	r, err := t.stack.send(actx, &txnReq{op: opAbort})
+	r, err := t.send(actx, &txnReq{op: opAbort})
 	if err != nil {
 		// Not decided: stop heartbeating, so that others abort it once the
 		// record expires. It does not commit: no commit point was applied
@@ -354,13 +413,14 @@ func (t *Txn) finish(ctx context.Context, d decision) {
 		t.mu.state = txnCommitted
 		t.mu.commitTs = d.commitTs
 	}
-	ks := t.mu.writeKeys
+	ks := t.cleanupKeysLocked()
+	wroteAny := len(t.mu.writeKeys) > 0
 	t.mu.Unlock()
 	if d.aborted() {
 		t.db.stats.aborts.add(1)
 	} else {
 		t.db.stats.commits.add(1)
-		if len(ks) > 0 {
+		if wroteAny {
 			// Recorded by a put-unless-exists that succeeded (or read
 			// back): final. (An abort is cached by abortTxn, once written.)
 			t.db.statuses.put(t.startTs, d.commitTs)

@@ -43,7 +43,7 @@ func (t *Txn) Commit(ctx context.Context) error {
 		t.finish(ctx, decision{commitTs: t.startTs})
 		return nil
 	}
-	resp, err := t.stack.send(ctx, &txnReq{op: opCommit})
+	resp, err := t.send(ctx, &txnReq{op: opCommit})
 	switch {
 	case err == nil && resp.implicit:
 		t.finishStaged(ctx, resp.ts)

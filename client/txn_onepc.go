@@ -90,7 +90,7 @@ func (t *Txn) tryOnePC(ctx context.Context, ws []Write) (done bool, err error) {
 	if !eligible {
 		return false, nil
 	}
-	resp, err := t.stack.send(ctx, &txnReq{op: opCommitOnePC, writes: ws})
+	resp, err := t.send(ctx, &txnReq{op: opCommitOnePC, writes: ws})
 	switch {
 	case err == nil:
 		t.db.stats.onePCCommits.add(1)

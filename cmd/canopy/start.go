@@ -7,10 +7,12 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/commitprotocol"
 	"github.com/canopy-db/canopy/internal/kvserver"
 	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -156,7 +158,7 @@ func init() {
 }
 
 func init() {
-	var encoding string
+	var encoding, protocol string
 	var ranges, rf int
 	var pq, np uint64
 	cmd := &cobra.Command{
@@ -175,6 +177,9 @@ cluster already initialized it fails with exit status 2.`,
 			if err := checkInitFlags(host, ranges, rf, encoding); err != nil {
 				return usageErrorf("%v", err)
 			}
+			if _, err := commitprotocol.Check(protocol); err != nil {
+				return usageErrorf("--commit-protocol: %v", err)
+			}
 			creds, err := conn.clientCredentials() // conn.go
 			if err != nil {
 				return err
@@ -192,7 +197,7 @@ cluster already initialized it fails with exit status 2.`,
 			resp, err := rpcpb.NewKVClient(cc).Bootstrap(ctx, &rpcpb.BootstrapRequest{
 				InitialRanges: uint32(ranges),
 				Settings: &rpcpb.ClusterSettings{StatusEncoding: encoding, ReplicationFactor: uint32(rf),
-					TicketsPartitioningQuantum: pq, TicketsRowsPerQuantum: np},
+					TicketsPartitioningQuantum: pq, TicketsRowsPerQuantum: np, CommitProtocol: protocol},
 			})
 			if err != nil {
 				if rpcpb.IsAuthRefusal(err) {
@@ -204,8 +209,8 @@ cluster already initialized it fails with exit status 2.`,
 				return initError(resp.Error)
 			}
 			s := resp.Settings
-			fmt.Printf("cluster %s initialized: replication factor %d, status encoding %s (PQ %d, NP %d), %d user ranges\n",
-				s.ClusterId, s.ReplicationFactor, s.StatusEncoding, s.TicketsPartitioningQuantum, s.TicketsRowsPerQuantum, max(ranges, 1))
+			fmt.Printf("cluster %s initialized: replication factor %d, status encoding %s (PQ %d, NP %d), commit protocol %s, %d user ranges\n",
+				s.ClusterId, s.ReplicationFactor, s.StatusEncoding, s.TicketsPartitioningQuantum, s.TicketsRowsPerQuantum, commitprotocol.Of(s.CommitProtocol), max(ranges, 1))
 			return nil
 		},
 	}
@@ -213,6 +218,7 @@ cluster already initialized it fails with exit status 2.`,
 	cmd.Flags().IntVar(&ranges, "initial-ranges", 1, fmt.Sprintf("pre-split the user keyspace into this many ranges (at most %d)", kvserver.InitialRangesMax))
 	cmd.Flags().IntVar(&rf, "replication-factor", 3, "replicas per range (capped at the number of nodes)")
 	cmd.Flags().StringVar(&encoding, "status-encoding", "tickets", "transaction status table encoding: tickets or v1")
+	cmd.Flags().StringVar(&protocol, "commit-protocol", string(commitprotocol.Default), "the cluster's commit protocol, fixed for its life: "+strings.Join(commitprotocol.Names(), ", ")+" (hierarchy-* not built yet)")
 	cmd.Flags().Uint64Var(&pq, "tickets-partitioning-quantum", kvserver.DefaultPartitioningQuantum, "tickets encoding: timestamps per partition (PQ)")
 	cmd.Flags().Uint64Var(&np, "tickets-rows-per-quantum", kvserver.DefaultRowsPerQuantum, "tickets encoding: rows per partition (NP); must divide PQ")
 	rootCmd.AddCommand(cmd)

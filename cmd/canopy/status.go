@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/commitprotocol"
 	"github.com/canopy-db/canopy/internal/clusterstatus"
 	"github.com/spf13/cobra"
 )
@@ -76,7 +77,7 @@ func (r *statusReport) json() any { return r.JSON(errorLine) }
 
 func (r *statusReport) print(w io.Writer, format string) error {
 	s := r.Settings
-	fmt.Fprintf(w, "cluster %s: replication factor %d, status encoding %s\n\n", s.ClusterId, s.ReplicationFactor, s.StatusEncoding)
+	fmt.Fprintf(w, "cluster %s: replication factor %d, status encoding %s, commit protocol %s\n\n", s.ClusterId, s.ReplicationFactor, s.StatusEncoding, commitprotocol.Of(s.CommitProtocol))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tMEMBERSHIP\tVERSION\tSTORE SIZE\tRANGES\tLEASEHOLDER OF")
 	for i := range r.Nodes {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/commitprotocol"
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 )
@@ -294,6 +295,7 @@ type JSON struct {
 	ClusterID         string      `json:"cluster_id"`
 	ReplicationFactor uint32      `json:"replication_factor"`
 	StatusEncoding    string      `json:"status_encoding"`
+	CommitProtocol    string      `json:"commit_protocol"`
 	Nodes             []NodeJSON  `json:"nodes"`
 	Ranges            []RangeJSON `json:"ranges"`
 	Problems          []string    `json:"problems"`
@@ -352,7 +354,7 @@ type FollowerJSON struct {
 func (r *Report) JSON(errText func(error) string) JSON {
 	under, unavailable := r.Counts()
 	out := JSON{ClusterID: r.Settings.GetClusterId(), ReplicationFactor: r.Settings.GetReplicationFactor(),
-		StatusEncoding: r.Settings.GetStatusEncoding(), Problems: r.Problems(),
+		StatusEncoding: r.Settings.GetStatusEncoding(), CommitProtocol: string(commitprotocol.Of(r.Settings.GetCommitProtocol())), Problems: r.Problems(),
 		UnderReplicated: under, Unavailable: unavailable, TimeUnixMillis: r.At.UnixMilli(),
 		Nodes: []NodeJSON{}, Ranges: []RangeJSON{}}
 	if out.Problems == nil {

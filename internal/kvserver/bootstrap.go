@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"github.com/canopy-db/canopy/internal/commitprotocol"
 	"github.com/canopy-db/canopy/internal/eval"
 
 	"github.com/canopy-db/canopy/internal/keys"
@@ -105,6 +106,11 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 	if _, err := txnstatus.NewTickets(settings.TicketsPartitioningQuantum, settings.TicketsRowsPerQuantum); err != nil {
 		return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "tickets encoding: %v", err)
 	}
+	cp, perr := commitprotocol.Check(settings.CommitProtocol)
+	if perr != nil {
+		return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "%v", perr)
+	}
+	settings.CommitProtocol = string(cp)
 	if settings.ReplicationFactor == 0 {
 		settings.ReplicationFactor = DefaultReplicationFactor
 	}
@@ -131,6 +137,13 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 		data = append(data, &rpcpb.KeyValue{Key: keys.NodeKey(nd.NodeId), Value: rec})
 	}
 	data = append(data, &rpcpb.KeyValue{Key: keys.RangeIDKey, Value: binary.BigEndian.AppendUint64(nil, uint64(len(ranges)))})
+	// The settings, replicated in range 1 (every node also keeps them with
+	// its identity).
+	sv, err := proto.Marshal(settings)
+	if err != nil {
+		return nil, pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)
+	}
+	data = append(data, &rpcpb.KeyValue{Key: keys.ClusterSettingsKey, Value: sv})
 	// Peers first, this node last: a failure leaves this node free to retry.
 	for i := len(nodes) - 1; i >= 0; i-- {
 		j := &rpcpb.JoinRequest{NodeId: nodes[i].NodeId, Nodes: nodes, Settings: settings, Ranges: ranges, InitialData: data}
@@ -153,7 +166,7 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 		}
 	}
 	n.log.Info("cluster initialized", "cluster", settings.ClusterId, "nodes", len(nodes), "ranges", len(ranges),
-		"replication_factor", settings.ReplicationFactor, "status_encoding", settings.StatusEncoding)
+		"replication_factor", settings.ReplicationFactor, "status_encoding", settings.StatusEncoding, "commit_protocol", settings.CommitProtocol)
 	return settings, nil
 }
 
@@ -218,7 +231,8 @@ func (n *Node) join(req *rpcpb.JoinRequest) *rpcpb.Error {
 			rr.r.Campaign()
 		}
 	}
+	n.startProtocol() // protocol.go
 	n.log.Info("joined the cluster", "cluster", req.Settings.GetClusterId(), "node", fmt.Sprintf("n%d", req.NodeId),
-		"nodes", len(req.Nodes), "replicas", len(mine))
+		"nodes", len(req.Nodes), "replicas", len(mine), "commit_protocol", commitprotocol.Of(req.Settings.GetCommitProtocol()))
 	return nil
 }

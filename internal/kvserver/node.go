@@ -292,6 +292,9 @@ type Node struct {
 		sync.RWMutex
 		nodeID   uint64
 		settings *rpcpb.ClusterSettings
+		// protocol: the server side of settings' commit protocol
+		// (protocol.go), set with settings; nil before init.
+		protocol serverProtocol
 		nodes    map[uint64]string
 		replicas map[uint64]*rangeReplica
 		// refuseVotes: until when a replica created for a range refuses
@@ -306,6 +309,9 @@ type Node struct {
 	}
 	// storeID is the random ID of the store (membership.go).
 	storeID string
+	// protocolStart: the commit protocol is started at most once
+	// (protocol.go).
+	protocolStart sync.Once
 	// joinMu serializes join (a Join from `canopy init`, and this node's
 	// own request to join a running cluster).
 	joinMu sync.Mutex
@@ -519,6 +525,9 @@ func Start(cfg Config) (*Node, error) {
 			n.checkPeersIdentity(ctx)
 		}()
 	}
+	if n.bootstrapped() {
+		n.startProtocol() // protocol.go
+	}
 	if err := n.startOps(); err != nil { // http.go
 		n.Stop()
 		return nil, err
@@ -567,6 +576,7 @@ func (n *Node) Stop() {
 	}
 	close(n.stopc)
 	n.stopCancel()
+	n.stopProtocol() // protocol.go
 	n.stopOps() // http.go: before the store closes
 	if n.etcd != nil {
 		n.etcd.Close() // etcd.go: its client talks to this node
@@ -623,6 +633,9 @@ func (n *Node) setIdent(j *rpcpb.JoinRequest) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.mu.nodeID = j.NodeId
+	if n.mu.settings.GetCommitProtocol() != j.Settings.GetCommitProtocol() || n.mu.protocol == nil {
+		n.mu.protocol = newServerProtocol(j.Settings)
+	}
 	n.mu.settings = j.Settings
 	for _, nd := range j.Nodes {
 		n.mu.nodes[nd.NodeId] = nd.Address

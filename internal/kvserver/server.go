@@ -44,6 +44,9 @@ func (n *Node) batch(ctx context.Context, req *rpcpb.BatchRequest) *rpcpb.BatchR
 	if e := validateBatch(req); e != nil {
 		return fail(e)
 	}
+	if e := n.admitBatch(req); e != nil { // protocol.go
+		return fail(e)
+	}
 	rr := n.replica(req.RangeId)
 	if rr == nil || rr.sm.Desc() == nil {
 		return fail(pbErr(rpcpb.ErrorCode_RANGE_NOT_FOUND, "node n%d has no replica of range r%d", n.NodeID(), req.RangeId))

@@ -32,6 +32,9 @@ type Options struct {
 	ReplicationFactor int
 	// StatusEncoding is "tickets" (default) or "v1".
 	StatusEncoding string
+	// CommitProtocol is the cluster's commit protocol
+	// (internal/commitprotocol; "" = default).
+	CommitProtocol string
 	// TickInterval of Raft (default 50ms: faster failover in tests).
 	TickInterval time.Duration
 	// ReadyTimeout bounds the wait for every range to have a leader
@@ -141,6 +144,7 @@ func Start(opts Options) (*Cluster, error) {
 		Settings: &rpcpb.ClusterSettings{
 			StatusEncoding:    opts.StatusEncoding,
 			ReplicationFactor: uint32(opts.ReplicationFactor),
+			CommitProtocol:    opts.CommitProtocol,
 		},
 	})
 	if err == nil && resp.Error != nil {

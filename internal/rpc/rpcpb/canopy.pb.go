@@ -67,6 +67,10 @@ const (
 	// waiting for each other's locks at the leaseholder (the youngest of the
 	// cycle). Nothing was written; the transaction retries from the start.
 	ErrorCode_DEADLOCK ErrorCode = 13
+	// The request belongs to a commit protocol the cluster does not run
+	// (ClusterSettings.commit_protocol, chosen at init), or is a request the
+	// cluster's protocol does not serve. Nothing was done; never retried.
+	ErrorCode_PROTOCOL_NOT_RUN ErrorCode = 14
 )
 
 // Enum value maps for ErrorCode.
@@ -86,6 +90,7 @@ var (
 		11: "INTERNAL",
 		12: "TS_BELOW_GC_THRESHOLD",
 		13: "DEADLOCK",
+		14: "PROTOCOL_NOT_RUN",
 	}
 	ErrorCode_value = map[string]int32{
 		"OK":                    0,
@@ -102,6 +107,7 @@ var (
 		"INTERNAL":              11,
 		"TS_BELOW_GC_THRESHOLD": 12,
 		"DEADLOCK":              13,
+		"PROTOCOL_NOT_RUN":      14,
 	}
 )
 
@@ -648,10 +654,15 @@ func (x *Span) GetEnd() []byte {
 // (non-transactional linearizable read). An intent of another transaction
 // whose start_ts <= ts (or any, when ts = 0) gives INTENT_FOUND.
 type GetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Ts            uint64                 `protobuf:"varint,2,opt,name=ts,proto3" json:"ts,omitempty"`
-	TxnStart      uint64                 `protobuf:"varint,3,opt,name=txn_start,json=txnStart,proto3" json:"txn_start,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Key      []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Ts       uint64                 `protobuf:"varint,2,opt,name=ts,proto3" json:"ts,omitempty"`
+	TxnStart uint64                 `protobuf:"varint,3,opt,name=txn_start,json=txnStart,proto3" json:"txn_start,omitempty"`
+	// lock (2pc-locking): take a shared lock on key for txn_start at the
+	// leaseholder, held until the transaction's ResolveIntent at key. ts
+	// must then be 0: the read returns the latest committed value (another
+	// transaction's intent gives INTENT_FOUND, after a wait in the lock table).
+	Lock          bool `protobuf:"varint,4,opt,name=lock,proto3" json:"lock,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -705,6 +716,13 @@ func (x *GetRequest) GetTxnStart() uint64 {
 		return x.TxnStart
 	}
 	return 0
+}
+
+func (x *GetRequest) GetLock() bool {
+	if x != nil {
+		return x.Lock
+	}
+	return false
 }
 
 type GetResponse struct {
@@ -2126,6 +2144,113 @@ func (x *RecoverIntentResponse) GetFound() bool {
 	return false
 }
 
+// Prepare is the first phase of the 2pc-locking protocol at one range:
+// under write latches on every key of writes and reads, the leaseholder
+// checks that txn still holds the shared lock of each read key that its
+// locking Get took in the current lease (else WRITE_CONFLICT: the lease
+// moved and the lock is lost; the transaction retries), waits for the
+// exclusive lock of each written key (DEADLOCK if that closes a cycle),
+// then in one Raft proposal writes an intent for each write (a committed
+// version newer than txn.start_ts is no conflict: the locks order writers)
+// and a replicated shared lock (the key record's shared list) for each read
+// key it does not write. Success is the participant's yes vote; the locks
+// are held until ResolveIntent of each key. Every key must be in the range.
+type PrepareRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           *TxnMeta               `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Writes        []*OnePCWrite          `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
+	Reads         [][]byte               `protobuf:"bytes,3,rep,name=reads,proto3" json:"reads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrepareRequest) Reset() {
+	*x = PrepareRequest{}
+	mi := &file_canopy_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrepareRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrepareRequest) ProtoMessage() {}
+
+func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrepareRequest.ProtoReflect.Descriptor instead.
+func (*PrepareRequest) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *PrepareRequest) GetTxn() *TxnMeta {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+func (x *PrepareRequest) GetWrites() []*OnePCWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+func (x *PrepareRequest) GetReads() [][]byte {
+	if x != nil {
+		return x.Reads
+	}
+	return nil
+}
+
+type PrepareResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrepareResponse) Reset() {
+	*x = PrepareResponse{}
+	mi := &file_canopy_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrepareResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrepareResponse) ProtoMessage() {}
+
+func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrepareResponse.ProtoReflect.Descriptor instead.
+func (*PrepareResponse) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{36}
+}
+
 type RequestUnion struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Value:
@@ -2144,6 +2269,7 @@ type RequestUnion struct {
 	//	*RequestUnion_QueryOnePc
 	//	*RequestUnion_RecoverIntent
 	//	*RequestUnion_PlainScan
+	//	*RequestUnion_Prepare
 	Value         isRequestUnion_Value `protobuf_oneof:"value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2151,7 +2277,7 @@ type RequestUnion struct {
 
 func (x *RequestUnion) Reset() {
 	*x = RequestUnion{}
-	mi := &file_canopy_proto_msgTypes[35]
+	mi := &file_canopy_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2289,7 @@ func (x *RequestUnion) String() string {
 func (*RequestUnion) ProtoMessage() {}
 
 func (x *RequestUnion) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[35]
+	mi := &file_canopy_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2302,7 @@ func (x *RequestUnion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestUnion.ProtoReflect.Descriptor instead.
 func (*RequestUnion) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{35}
+	return file_canopy_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RequestUnion) GetValue() isRequestUnion_Value {
@@ -2312,6 +2438,15 @@ func (x *RequestUnion) GetPlainScan() *PlainScanRequest {
 	return nil
 }
 
+func (x *RequestUnion) GetPrepare() *PrepareRequest {
+	if x != nil {
+		if x, ok := x.Value.(*RequestUnion_Prepare); ok {
+			return x.Prepare
+		}
+	}
+	return nil
+}
+
 type isRequestUnion_Value interface {
 	isRequestUnion_Value()
 }
@@ -2372,6 +2507,10 @@ type RequestUnion_PlainScan struct {
 	PlainScan *PlainScanRequest `protobuf:"bytes,14,opt,name=plain_scan,json=plainScan,proto3,oneof"`
 }
 
+type RequestUnion_Prepare struct {
+	Prepare *PrepareRequest `protobuf:"bytes,15,opt,name=prepare,proto3,oneof"`
+}
+
 func (*RequestUnion_Get) isRequestUnion_Value() {}
 
 func (*RequestUnion_Scan) isRequestUnion_Value() {}
@@ -2400,6 +2539,8 @@ func (*RequestUnion_RecoverIntent) isRequestUnion_Value() {}
 
 func (*RequestUnion_PlainScan) isRequestUnion_Value() {}
 
+func (*RequestUnion_Prepare) isRequestUnion_Value() {}
+
 type ResponseUnion struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Value:
@@ -2418,6 +2559,7 @@ type ResponseUnion struct {
 	//	*ResponseUnion_QueryOnePc
 	//	*ResponseUnion_RecoverIntent
 	//	*ResponseUnion_PlainScan
+	//	*ResponseUnion_Prepare
 	Value         isResponseUnion_Value `protobuf_oneof:"value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2425,7 +2567,7 @@ type ResponseUnion struct {
 
 func (x *ResponseUnion) Reset() {
 	*x = ResponseUnion{}
-	mi := &file_canopy_proto_msgTypes[36]
+	mi := &file_canopy_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2437,7 +2579,7 @@ func (x *ResponseUnion) String() string {
 func (*ResponseUnion) ProtoMessage() {}
 
 func (x *ResponseUnion) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[36]
+	mi := &file_canopy_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2450,7 +2592,7 @@ func (x *ResponseUnion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseUnion.ProtoReflect.Descriptor instead.
 func (*ResponseUnion) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{36}
+	return file_canopy_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ResponseUnion) GetValue() isResponseUnion_Value {
@@ -2586,6 +2728,15 @@ func (x *ResponseUnion) GetPlainScan() *PlainScanResponse {
 	return nil
 }
 
+func (x *ResponseUnion) GetPrepare() *PrepareResponse {
+	if x != nil {
+		if x, ok := x.Value.(*ResponseUnion_Prepare); ok {
+			return x.Prepare
+		}
+	}
+	return nil
+}
+
 type isResponseUnion_Value interface {
 	isResponseUnion_Value()
 }
@@ -2646,6 +2797,10 @@ type ResponseUnion_PlainScan struct {
 	PlainScan *PlainScanResponse `protobuf:"bytes,14,opt,name=plain_scan,json=plainScan,proto3,oneof"`
 }
 
+type ResponseUnion_Prepare struct {
+	Prepare *PrepareResponse `protobuf:"bytes,15,opt,name=prepare,proto3,oneof"`
+}
+
 func (*ResponseUnion_Get) isResponseUnion_Value() {}
 
 func (*ResponseUnion_Scan) isResponseUnion_Value() {}
@@ -2674,6 +2829,8 @@ func (*ResponseUnion_RecoverIntent) isResponseUnion_Value() {}
 
 func (*ResponseUnion_PlainScan) isResponseUnion_Value() {}
 
+func (*ResponseUnion_Prepare) isResponseUnion_Value() {}
+
 type BatchRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	RangeId  uint64                 `protobuf:"varint,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
@@ -2684,13 +2841,20 @@ type BatchRequest struct {
 	// writes are not yet durable: the transaction must prove each with
 	// QueryIntent before its commit point.
 	AsyncConsensus bool `protobuf:"varint,3,opt,name=async_consensus,json=asyncConsensus,proto3" json:"async_consensus,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// protocol is the commit protocol of the transaction the batch belongs to
+	// (internal/commitprotocol names; empty = "default"). Requests outside
+	// any transaction (non-transactional reads and writes, status records,
+	// intent resolution) are served whatever it says; a transactional
+	// request of a protocol the cluster does not run is refused with
+	// PROTOCOL_NOT_RUN.
+	Protocol      string `protobuf:"bytes,4,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_canopy_proto_msgTypes[37]
+	mi := &file_canopy_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2866,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[37]
+	mi := &file_canopy_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2879,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{37}
+	return file_canopy_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *BatchRequest) GetRangeId() uint64 {
@@ -2739,6 +2903,13 @@ func (x *BatchRequest) GetAsyncConsensus() bool {
 	return false
 }
 
+func (x *BatchRequest) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
 // If error is set (code != OK), no response in responses is meaningful and,
 // for writes, either nothing applied or (AMBIGUOUS) the outcome is unknown.
 type BatchResponse struct {
@@ -2751,7 +2922,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_canopy_proto_msgTypes[38]
+	mi := &file_canopy_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2763,7 +2934,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[38]
+	mi := &file_canopy_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2776,7 +2947,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{38}
+	return file_canopy_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *BatchResponse) GetError() *Error {
@@ -2804,7 +2975,7 @@ type RangeLookupRequest struct {
 
 func (x *RangeLookupRequest) Reset() {
 	*x = RangeLookupRequest{}
-	mi := &file_canopy_proto_msgTypes[39]
+	mi := &file_canopy_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +2987,7 @@ func (x *RangeLookupRequest) String() string {
 func (*RangeLookupRequest) ProtoMessage() {}
 
 func (x *RangeLookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[39]
+	mi := &file_canopy_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +3000,7 @@ func (x *RangeLookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeLookupRequest.ProtoReflect.Descriptor instead.
 func (*RangeLookupRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{39}
+	return file_canopy_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RangeLookupRequest) GetKey() []byte {
@@ -2851,7 +3022,7 @@ type RangeLookupResponse struct {
 
 func (x *RangeLookupResponse) Reset() {
 	*x = RangeLookupResponse{}
-	mi := &file_canopy_proto_msgTypes[40]
+	mi := &file_canopy_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2863,7 +3034,7 @@ func (x *RangeLookupResponse) String() string {
 func (*RangeLookupResponse) ProtoMessage() {}
 
 func (x *RangeLookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[40]
+	mi := &file_canopy_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2876,7 +3047,7 @@ func (x *RangeLookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeLookupResponse.ProtoReflect.Descriptor instead.
 func (*RangeLookupResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{40}
+	return file_canopy_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RangeLookupResponse) GetError() *Error {
@@ -2918,7 +3089,7 @@ type TimestampRequest struct {
 
 func (x *TimestampRequest) Reset() {
 	*x = TimestampRequest{}
-	mi := &file_canopy_proto_msgTypes[41]
+	mi := &file_canopy_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3101,7 @@ func (x *TimestampRequest) String() string {
 func (*TimestampRequest) ProtoMessage() {}
 
 func (x *TimestampRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[41]
+	mi := &file_canopy_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3114,7 @@ func (x *TimestampRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimestampRequest.ProtoReflect.Descriptor instead.
 func (*TimestampRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{41}
+	return file_canopy_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TimestampRequest) GetCount() uint32 {
@@ -2964,7 +3135,7 @@ type TimestampResponse struct {
 
 func (x *TimestampResponse) Reset() {
 	*x = TimestampResponse{}
-	mi := &file_canopy_proto_msgTypes[42]
+	mi := &file_canopy_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2976,7 +3147,7 @@ func (x *TimestampResponse) String() string {
 func (*TimestampResponse) ProtoMessage() {}
 
 func (x *TimestampResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[42]
+	mi := &file_canopy_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2989,7 +3160,7 @@ func (x *TimestampResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimestampResponse.ProtoReflect.Descriptor instead.
 func (*TimestampResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{42}
+	return file_canopy_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TimestampResponse) GetError() *Error {
@@ -3021,13 +3192,18 @@ type ClusterSettings struct {
 	TicketsPartitioningQuantum uint64 `protobuf:"varint,3,opt,name=tickets_partitioning_quantum,json=ticketsPartitioningQuantum,proto3" json:"tickets_partitioning_quantum,omitempty"`
 	TicketsRowsPerQuantum      uint64 `protobuf:"varint,4,opt,name=tickets_rows_per_quantum,json=ticketsRowsPerQuantum,proto3" json:"tickets_rows_per_quantum,omitempty"`
 	ReplicationFactor          uint32 `protobuf:"varint,5,opt,name=replication_factor,json=replicationFactor,proto3" json:"replication_factor,omitempty"`
-	unknownFields              protoimpl.UnknownFields
-	sizeCache                  protoimpl.SizeCache
+	// commit_protocol: the cluster's commit protocol, chosen at init
+	// (internal/commitprotocol: "default", "2pc-locking",
+	// "hierarchy-locking", "hierarchy-timestamps"); empty means "default"
+	// (clusters initialized before it existed).
+	CommitProtocol string `protobuf:"bytes,6,opt,name=commit_protocol,json=commitProtocol,proto3" json:"commit_protocol,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ClusterSettings) Reset() {
 	*x = ClusterSettings{}
-	mi := &file_canopy_proto_msgTypes[43]
+	mi := &file_canopy_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +3215,7 @@ func (x *ClusterSettings) String() string {
 func (*ClusterSettings) ProtoMessage() {}
 
 func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[43]
+	mi := &file_canopy_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +3228,7 @@ func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSettings.ProtoReflect.Descriptor instead.
 func (*ClusterSettings) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{43}
+	return file_canopy_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ClusterSettings) GetClusterId() string {
@@ -3090,6 +3266,13 @@ func (x *ClusterSettings) GetReplicationFactor() uint32 {
 	return 0
 }
 
+func (x *ClusterSettings) GetCommitProtocol() string {
+	if x != nil {
+		return x.CommitProtocol
+	}
+	return ""
+}
+
 type ClusterInfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3098,7 +3281,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_canopy_proto_msgTypes[44]
+	mi := &file_canopy_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3293,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[44]
+	mi := &file_canopy_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3306,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{44}
+	return file_canopy_proto_rawDescGZIP(), []int{46}
 }
 
 type ClusterInfoResponse struct {
@@ -3137,7 +3320,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_canopy_proto_msgTypes[45]
+	mi := &file_canopy_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3149,7 +3332,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[45]
+	mi := &file_canopy_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3162,7 +3345,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{45}
+	return file_canopy_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ClusterInfoResponse) GetError() *Error {
@@ -3196,7 +3379,7 @@ type BootstrapRequest struct {
 
 func (x *BootstrapRequest) Reset() {
 	*x = BootstrapRequest{}
-	mi := &file_canopy_proto_msgTypes[46]
+	mi := &file_canopy_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3208,7 +3391,7 @@ func (x *BootstrapRequest) String() string {
 func (*BootstrapRequest) ProtoMessage() {}
 
 func (x *BootstrapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[46]
+	mi := &file_canopy_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3221,7 +3404,7 @@ func (x *BootstrapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapRequest.ProtoReflect.Descriptor instead.
 func (*BootstrapRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{46}
+	return file_canopy_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *BootstrapRequest) GetInitialRanges() uint32 {
@@ -3248,7 +3431,7 @@ type BootstrapResponse struct {
 
 func (x *BootstrapResponse) Reset() {
 	*x = BootstrapResponse{}
-	mi := &file_canopy_proto_msgTypes[47]
+	mi := &file_canopy_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3443,7 @@ func (x *BootstrapResponse) String() string {
 func (*BootstrapResponse) ProtoMessage() {}
 
 func (x *BootstrapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[47]
+	mi := &file_canopy_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3456,7 @@ func (x *BootstrapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapResponse.ProtoReflect.Descriptor instead.
 func (*BootstrapResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{47}
+	return file_canopy_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BootstrapResponse) GetError() *Error {
@@ -3299,7 +3482,7 @@ type SplitRequest struct {
 
 func (x *SplitRequest) Reset() {
 	*x = SplitRequest{}
-	mi := &file_canopy_proto_msgTypes[48]
+	mi := &file_canopy_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3311,7 +3494,7 @@ func (x *SplitRequest) String() string {
 func (*SplitRequest) ProtoMessage() {}
 
 func (x *SplitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[48]
+	mi := &file_canopy_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3324,7 +3507,7 @@ func (x *SplitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitRequest.ProtoReflect.Descriptor instead.
 func (*SplitRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{48}
+	return file_canopy_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SplitRequest) GetSplitKey() []byte {
@@ -3345,7 +3528,7 @@ type SplitResponse struct {
 
 func (x *SplitResponse) Reset() {
 	*x = SplitResponse{}
-	mi := &file_canopy_proto_msgTypes[49]
+	mi := &file_canopy_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3357,7 +3540,7 @@ func (x *SplitResponse) String() string {
 func (*SplitResponse) ProtoMessage() {}
 
 func (x *SplitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[49]
+	mi := &file_canopy_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3370,7 +3553,7 @@ func (x *SplitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitResponse.ProtoReflect.Descriptor instead.
 func (*SplitResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{49}
+	return file_canopy_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SplitResponse) GetError() *Error {
@@ -3413,7 +3596,7 @@ type RangeStatus struct {
 
 func (x *RangeStatus) Reset() {
 	*x = RangeStatus{}
-	mi := &file_canopy_proto_msgTypes[50]
+	mi := &file_canopy_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3425,7 +3608,7 @@ func (x *RangeStatus) String() string {
 func (*RangeStatus) ProtoMessage() {}
 
 func (x *RangeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[50]
+	mi := &file_canopy_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3438,7 +3621,7 @@ func (x *RangeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeStatus.ProtoReflect.Descriptor instead.
 func (*RangeStatus) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{50}
+	return file_canopy_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RangeStatus) GetRange() *RangeDescriptor {
@@ -3498,7 +3681,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_canopy_proto_msgTypes[51]
+	mi := &file_canopy_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3510,7 +3693,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[51]
+	mi := &file_canopy_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3523,7 +3706,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{51}
+	return file_canopy_proto_rawDescGZIP(), []int{53}
 }
 
 type NodeStatusResponse struct {
@@ -3545,7 +3728,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_canopy_proto_msgTypes[52]
+	mi := &file_canopy_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3557,7 +3740,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[52]
+	mi := &file_canopy_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3570,7 +3753,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{52}
+	return file_canopy_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *NodeStatusResponse) GetNodeId() uint64 {
@@ -3640,7 +3823,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_canopy_proto_msgTypes[53]
+	mi := &file_canopy_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +3835,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[53]
+	mi := &file_canopy_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +3848,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{53}
+	return file_canopy_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RaftMessage) GetRangeId() uint64 {
@@ -3717,7 +3900,7 @@ type RaftMessageBatch struct {
 
 func (x *RaftMessageBatch) Reset() {
 	*x = RaftMessageBatch{}
-	mi := &file_canopy_proto_msgTypes[54]
+	mi := &file_canopy_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3729,7 +3912,7 @@ func (x *RaftMessageBatch) String() string {
 func (*RaftMessageBatch) ProtoMessage() {}
 
 func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[54]
+	mi := &file_canopy_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3742,7 +3925,7 @@ func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatch.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatch) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{54}
+	return file_canopy_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RaftMessageBatch) GetMessages() []*RaftMessage {
@@ -3767,7 +3950,7 @@ type RaftMessageBatchResponse struct {
 
 func (x *RaftMessageBatchResponse) Reset() {
 	*x = RaftMessageBatchResponse{}
-	mi := &file_canopy_proto_msgTypes[55]
+	mi := &file_canopy_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3779,7 +3962,7 @@ func (x *RaftMessageBatchResponse) String() string {
 func (*RaftMessageBatchResponse) ProtoMessage() {}
 
 func (x *RaftMessageBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[55]
+	mi := &file_canopy_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3792,7 +3975,7 @@ func (x *RaftMessageBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatchResponse.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatchResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{55}
+	return file_canopy_proto_rawDescGZIP(), []int{57}
 }
 
 // JoinRequest is sent by the bootstrapping node to every peer: it assigns
@@ -3812,7 +3995,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_canopy_proto_msgTypes[56]
+	mi := &file_canopy_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3824,7 +4007,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[56]
+	mi := &file_canopy_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3837,7 +4020,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{56}
+	return file_canopy_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *JoinRequest) GetNodeId() uint64 {
@@ -3884,7 +4067,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_canopy_proto_msgTypes[57]
+	mi := &file_canopy_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3896,7 +4079,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[57]
+	mi := &file_canopy_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3909,7 +4092,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{57}
+	return file_canopy_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *JoinResponse) GetError() *Error {
@@ -3927,7 +4110,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_canopy_proto_msgTypes[58]
+	mi := &file_canopy_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3939,7 +4122,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[58]
+	mi := &file_canopy_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3952,7 +4135,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{58}
+	return file_canopy_proto_rawDescGZIP(), []int{60}
 }
 
 // store_id is the random ID of the node's store (canopy_membership.proto).
@@ -3967,7 +4150,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_canopy_proto_msgTypes[59]
+	mi := &file_canopy_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3979,7 +4162,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[59]
+	mi := &file_canopy_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3992,7 +4175,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{59}
+	return file_canopy_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PingResponse) GetNodeId() uint64 {
@@ -4028,7 +4211,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_canopy_proto_msgTypes[60]
+	mi := &file_canopy_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4040,7 +4223,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[60]
+	mi := &file_canopy_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4053,7 +4236,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{60}
+	return file_canopy_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ProposeRequest) GetRangeId() uint64 {
@@ -4081,7 +4264,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_canopy_proto_msgTypes[61]
+	mi := &file_canopy_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4093,7 +4276,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[61]
+	mi := &file_canopy_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4106,7 +4289,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{61}
+	return file_canopy_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ProposeResponse) GetError() *Error {
@@ -4165,7 +4348,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_canopy_proto_msgTypes[62]
+	mi := &file_canopy_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4177,7 +4360,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[62]
+	mi := &file_canopy_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4190,7 +4373,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{62}
+	return file_canopy_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RaftCommand) GetBatch() *BatchRequest {
@@ -4291,7 +4474,7 @@ type GCCommand struct {
 
 func (x *GCCommand) Reset() {
 	*x = GCCommand{}
-	mi := &file_canopy_proto_msgTypes[63]
+	mi := &file_canopy_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4303,7 +4486,7 @@ func (x *GCCommand) String() string {
 func (*GCCommand) ProtoMessage() {}
 
 func (x *GCCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[63]
+	mi := &file_canopy_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4316,7 +4499,7 @@ func (x *GCCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCCommand.ProtoReflect.Descriptor instead.
 func (*GCCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{63}
+	return file_canopy_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GCCommand) GetThreshold() uint64 {
@@ -4359,7 +4542,7 @@ type RangeState struct {
 
 func (x *RangeState) Reset() {
 	*x = RangeState{}
-	mi := &file_canopy_proto_msgTypes[64]
+	mi := &file_canopy_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4371,7 +4554,7 @@ func (x *RangeState) String() string {
 func (*RangeState) ProtoMessage() {}
 
 func (x *RangeState) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[64]
+	mi := &file_canopy_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4384,7 +4567,7 @@ func (x *RangeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeState.ProtoReflect.Descriptor instead.
 func (*RangeState) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{64}
+	return file_canopy_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RangeState) GetRange() *RangeDescriptor {
@@ -4435,7 +4618,7 @@ type SplitCommand struct {
 
 func (x *SplitCommand) Reset() {
 	*x = SplitCommand{}
-	mi := &file_canopy_proto_msgTypes[65]
+	mi := &file_canopy_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4447,7 +4630,7 @@ func (x *SplitCommand) String() string {
 func (*SplitCommand) ProtoMessage() {}
 
 func (x *SplitCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[65]
+	mi := &file_canopy_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4460,7 +4643,7 @@ func (x *SplitCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitCommand.ProtoReflect.Descriptor instead.
 func (*SplitCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{65}
+	return file_canopy_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SplitCommand) GetSplitKey() []byte {
@@ -4495,7 +4678,7 @@ type MetaUpdateCommand struct {
 
 func (x *MetaUpdateCommand) Reset() {
 	*x = MetaUpdateCommand{}
-	mi := &file_canopy_proto_msgTypes[66]
+	mi := &file_canopy_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4507,7 +4690,7 @@ func (x *MetaUpdateCommand) String() string {
 func (*MetaUpdateCommand) ProtoMessage() {}
 
 func (x *MetaUpdateCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[66]
+	mi := &file_canopy_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4520,7 +4703,7 @@ func (x *MetaUpdateCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaUpdateCommand.ProtoReflect.Descriptor instead.
 func (*MetaUpdateCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{66}
+	return file_canopy_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MetaUpdateCommand) GetRange() *RangeDescriptor {
@@ -4539,7 +4722,7 @@ type AllocRangeIDCommand struct {
 
 func (x *AllocRangeIDCommand) Reset() {
 	*x = AllocRangeIDCommand{}
-	mi := &file_canopy_proto_msgTypes[67]
+	mi := &file_canopy_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4551,7 +4734,7 @@ func (x *AllocRangeIDCommand) String() string {
 func (*AllocRangeIDCommand) ProtoMessage() {}
 
 func (x *AllocRangeIDCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[67]
+	mi := &file_canopy_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4564,7 +4747,7 @@ func (x *AllocRangeIDCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocRangeIDCommand.ProtoReflect.Descriptor instead.
 func (*AllocRangeIDCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{67}
+	return file_canopy_proto_rawDescGZIP(), []int{69}
 }
 
 // CASBoundCommand sets the oracle's upper bound to new_bound if it equals
@@ -4579,7 +4762,7 @@ type CASBoundCommand struct {
 
 func (x *CASBoundCommand) Reset() {
 	*x = CASBoundCommand{}
-	mi := &file_canopy_proto_msgTypes[68]
+	mi := &file_canopy_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4591,7 +4774,7 @@ func (x *CASBoundCommand) String() string {
 func (*CASBoundCommand) ProtoMessage() {}
 
 func (x *CASBoundCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[68]
+	mi := &file_canopy_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4604,7 +4787,7 @@ func (x *CASBoundCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CASBoundCommand.ProtoReflect.Descriptor instead.
 func (*CASBoundCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{68}
+	return file_canopy_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *CASBoundCommand) GetExpected() uint64 {
@@ -4635,7 +4818,7 @@ type ChangeReplicasCommand struct {
 
 func (x *ChangeReplicasCommand) Reset() {
 	*x = ChangeReplicasCommand{}
-	mi := &file_canopy_proto_msgTypes[69]
+	mi := &file_canopy_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4647,7 +4830,7 @@ func (x *ChangeReplicasCommand) String() string {
 func (*ChangeReplicasCommand) ProtoMessage() {}
 
 func (x *ChangeReplicasCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[69]
+	mi := &file_canopy_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4660,7 +4843,7 @@ func (x *ChangeReplicasCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasCommand.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{69}
+	return file_canopy_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ChangeReplicasCommand) GetExpectedGeneration() uint64 {
@@ -4692,7 +4875,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_canopy_proto_msgTypes[70]
+	mi := &file_canopy_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4704,7 +4887,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[70]
+	mi := &file_canopy_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4717,7 +4900,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{70}
+	return file_canopy_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *AddNodeRequest) GetAddress() string {
@@ -4751,7 +4934,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_canopy_proto_msgTypes[71]
+	mi := &file_canopy_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4763,7 +4946,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[71]
+	mi := &file_canopy_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4776,7 +4959,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{71}
+	return file_canopy_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *AddNodeResponse) GetError() *Error {
@@ -4803,7 +4986,7 @@ type ChangeMembershipRequest struct {
 
 func (x *ChangeMembershipRequest) Reset() {
 	*x = ChangeMembershipRequest{}
-	mi := &file_canopy_proto_msgTypes[72]
+	mi := &file_canopy_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4815,7 +4998,7 @@ func (x *ChangeMembershipRequest) String() string {
 func (*ChangeMembershipRequest) ProtoMessage() {}
 
 func (x *ChangeMembershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[72]
+	mi := &file_canopy_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4828,7 +5011,7 @@ func (x *ChangeMembershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeMembershipRequest.ProtoReflect.Descriptor instead.
 func (*ChangeMembershipRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{72}
+	return file_canopy_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ChangeMembershipRequest) GetNodeId() uint64 {
@@ -4855,7 +5038,7 @@ type ChangeMembershipResponse struct {
 
 func (x *ChangeMembershipResponse) Reset() {
 	*x = ChangeMembershipResponse{}
-	mi := &file_canopy_proto_msgTypes[73]
+	mi := &file_canopy_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4867,7 +5050,7 @@ func (x *ChangeMembershipResponse) String() string {
 func (*ChangeMembershipResponse) ProtoMessage() {}
 
 func (x *ChangeMembershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[73]
+	mi := &file_canopy_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4880,7 +5063,7 @@ func (x *ChangeMembershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeMembershipResponse.ProtoReflect.Descriptor instead.
 func (*ChangeMembershipResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{73}
+	return file_canopy_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ChangeMembershipResponse) GetError() *Error {
@@ -4907,7 +5090,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_canopy_proto_msgTypes[74]
+	mi := &file_canopy_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4919,7 +5102,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[74]
+	mi := &file_canopy_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4932,7 +5115,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{74}
+	return file_canopy_proto_rawDescGZIP(), []int{76}
 }
 
 type MemberInfo struct {
@@ -4945,7 +5128,7 @@ type MemberInfo struct {
 
 func (x *MemberInfo) Reset() {
 	*x = MemberInfo{}
-	mi := &file_canopy_proto_msgTypes[75]
+	mi := &file_canopy_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4957,7 +5140,7 @@ func (x *MemberInfo) String() string {
 func (*MemberInfo) ProtoMessage() {}
 
 func (x *MemberInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[75]
+	mi := &file_canopy_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4970,7 +5153,7 @@ func (x *MemberInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
 func (*MemberInfo) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{75}
+	return file_canopy_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *MemberInfo) GetNode() *NodeRecord {
@@ -4997,7 +5180,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_canopy_proto_msgTypes[76]
+	mi := &file_canopy_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5009,7 +5192,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[76]
+	mi := &file_canopy_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5022,7 +5205,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{76}
+	return file_canopy_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *MembersResponse) GetError() *Error {
@@ -5055,7 +5238,7 @@ type TxnSwitches struct {
 
 func (x *TxnSwitches) Reset() {
 	*x = TxnSwitches{}
-	mi := &file_canopy_proto_msgTypes[77]
+	mi := &file_canopy_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5067,7 +5250,7 @@ func (x *TxnSwitches) String() string {
 func (*TxnSwitches) ProtoMessage() {}
 
 func (x *TxnSwitches) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[77]
+	mi := &file_canopy_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5080,7 +5263,7 @@ func (x *TxnSwitches) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnSwitches.ProtoReflect.Descriptor instead.
 func (*TxnSwitches) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{77}
+	return file_canopy_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *TxnSwitches) GetPipelining() uint32 {
@@ -5147,12 +5330,13 @@ const file_canopy_proto_rawDesc = "" +
 	"\x02ts\x18\x03 \x01(\x04R\x02ts\".\n" +
 	"\x04Span\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\fR\x05start\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\fR\x03end\"K\n" +
+	"\x03end\x18\x02 \x01(\fR\x03end\"_\n" +
 	"\n" +
 	"GetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x0e\n" +
 	"\x02ts\x18\x02 \x01(\x04R\x02ts\x12\x1b\n" +
-	"\ttxn_start\x18\x03 \x01(\x04R\btxnStart\"I\n" +
+	"\ttxn_start\x18\x03 \x01(\x04R\btxnStart\x12\x12\n" +
+	"\x04lock\x18\x04 \x01(\bR\x04lock\"I\n" +
 	"\vGetResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x0e\n" +
@@ -5238,7 +5422,12 @@ const file_canopy_proto_rawDesc = "" +
 	"\n" +
 	"value_hash\x18\x03 \x01(\x06R\tvalueHash\"-\n" +
 	"\x15RecoverIntentResponse\x12\x14\n" +
-	"\x05found\x18\x01 \x01(\bR\x05found\"\xda\x06\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\"u\n" +
+	"\x0ePrepareRequest\x12!\n" +
+	"\x03txn\x18\x01 \x01(\v2\x0f.canopy.TxnMetaR\x03txn\x12*\n" +
+	"\x06writes\x18\x02 \x03(\v2\x12.canopy.OnePCWriteR\x06writes\x12\x14\n" +
+	"\x05reads\x18\x03 \x03(\fR\x05reads\"\x11\n" +
+	"\x0fPrepareResponse\"\x8e\a\n" +
 	"\fRequestUnion\x12&\n" +
 	"\x03get\x18\x01 \x01(\v2\x12.canopy.GetRequestH\x00R\x03get\x12)\n" +
 	"\x04scan\x18\x02 \x01(\v2\x13.canopy.ScanRequestH\x00R\x04scan\x129\n" +
@@ -5257,8 +5446,9 @@ const file_canopy_proto_rawDesc = "" +
 	"queryOnePc\x12E\n" +
 	"\x0erecover_intent\x18\r \x01(\v2\x1c.canopy.RecoverIntentRequestH\x00R\rrecoverIntent\x129\n" +
 	"\n" +
-	"plain_scan\x18\x0e \x01(\v2\x18.canopy.PlainScanRequestH\x00R\tplainScanB\a\n" +
-	"\x05value\"\xe9\x06\n" +
+	"plain_scan\x18\x0e \x01(\v2\x18.canopy.PlainScanRequestH\x00R\tplainScan\x122\n" +
+	"\aprepare\x18\x0f \x01(\v2\x16.canopy.PrepareRequestH\x00R\aprepareB\a\n" +
+	"\x05value\"\x9e\a\n" +
 	"\rResponseUnion\x12'\n" +
 	"\x03get\x18\x01 \x01(\v2\x13.canopy.GetResponseH\x00R\x03get\x12*\n" +
 	"\x04scan\x18\x02 \x01(\v2\x14.canopy.ScanResponseH\x00R\x04scan\x12:\n" +
@@ -5277,12 +5467,14 @@ const file_canopy_proto_rawDesc = "" +
 	"queryOnePc\x12F\n" +
 	"\x0erecover_intent\x18\r \x01(\v2\x1d.canopy.RecoverIntentResponseH\x00R\rrecoverIntent\x12:\n" +
 	"\n" +
-	"plain_scan\x18\x0e \x01(\v2\x19.canopy.PlainScanResponseH\x00R\tplainScanB\a\n" +
-	"\x05value\"\x84\x01\n" +
+	"plain_scan\x18\x0e \x01(\v2\x19.canopy.PlainScanResponseH\x00R\tplainScan\x123\n" +
+	"\aprepare\x18\x0f \x01(\v2\x17.canopy.PrepareResponseH\x00R\aprepareB\a\n" +
+	"\x05value\"\xa0\x01\n" +
 	"\fBatchRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\x04R\arangeId\x120\n" +
 	"\brequests\x18\x02 \x03(\v2\x14.canopy.RequestUnionR\brequests\x12'\n" +
-	"\x0fasync_consensus\x18\x03 \x01(\bR\x0easyncConsensus\"i\n" +
+	"\x0fasync_consensus\x18\x03 \x01(\bR\x0easyncConsensus\x12\x1a\n" +
+	"\bprotocol\x18\x04 \x01(\tR\bprotocol\"i\n" +
 	"\rBatchResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x123\n" +
 	"\tresponses\x18\x02 \x03(\v2\x15.canopy.ResponseUnionR\tresponses\"&\n" +
@@ -5298,14 +5490,15 @@ const file_canopy_proto_rawDesc = "" +
 	"\x11TimestampResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12\x14\n" +
 	"\x05first\x18\x02 \x01(\x04R\x05first\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\rR\x05count\"\x83\x02\n" +
+	"\x05count\x18\x03 \x01(\rR\x05count\"\xac\x02\n" +
 	"\x0fClusterSettings\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12'\n" +
 	"\x0fstatus_encoding\x18\x02 \x01(\tR\x0estatusEncoding\x12@\n" +
 	"\x1ctickets_partitioning_quantum\x18\x03 \x01(\x04R\x1aticketsPartitioningQuantum\x127\n" +
 	"\x18tickets_rows_per_quantum\x18\x04 \x01(\x04R\x15ticketsRowsPerQuantum\x12-\n" +
-	"\x12replication_factor\x18\x05 \x01(\rR\x11replicationFactor\"\x14\n" +
+	"\x12replication_factor\x18\x05 \x01(\rR\x11replicationFactor\x12'\n" +
+	"\x0fcommit_protocol\x18\x06 \x01(\tR\x0ecommitProtocol\"\x14\n" +
 	"\x12ClusterInfoRequest\"\x9d\x01\n" +
 	"\x13ClusterInfoResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x123\n" +
@@ -5443,7 +5636,7 @@ const file_canopy_proto_rawDesc = "" +
 	"pipelining\x18\x01 \x01(\rR\n" +
 	"pipelining\x12)\n" +
 	"\x10parallel_commits\x18\x02 \x01(\rR\x0fparallelCommits\x12\x15\n" +
-	"\x06one_pc\x18\x03 \x01(\rR\x05onePc*\x91\x02\n" +
+	"\x06one_pc\x18\x03 \x01(\rR\x05onePc*\xa7\x02\n" +
 	"\tErrorCode\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x13\n" +
 	"\x0fNOT_LEASEHOLDER\x10\x01\x12\x13\n" +
@@ -5459,7 +5652,8 @@ const file_canopy_proto_rawDesc = "" +
 	"\x12\f\n" +
 	"\bINTERNAL\x10\v\x12\x19\n" +
 	"\x15TS_BELOW_GC_THRESHOLD\x10\f\x12\f\n" +
-	"\bDEADLOCK\x10\r2\x99\x05\n" +
+	"\bDEADLOCK\x10\r\x12\x14\n" +
+	"\x10PROTOCOL_NOT_RUN\x10\x0e2\x99\x05\n" +
 	"\x02KV\x124\n" +
 	"\x05Batch\x12\x14.canopy.BatchRequest\x1a\x15.canopy.BatchResponse\x12F\n" +
 	"\vRangeLookup\x12\x1a.canopy.RangeLookupRequest\x1a\x1b.canopy.RangeLookupResponse\x12A\n" +
@@ -5494,7 +5688,7 @@ func file_canopy_proto_rawDescGZIP() []byte {
 }
 
 var file_canopy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_canopy_proto_goTypes = []any{
 	(ErrorCode)(0),                       // 0: canopy.ErrorCode
 	(*ReplicaDescriptor)(nil),            // 1: canopy.ReplicaDescriptor
@@ -5532,60 +5726,62 @@ var file_canopy_proto_goTypes = []any{
 	(*QueryOnePCResponse)(nil),           // 33: canopy.QueryOnePCResponse
 	(*RecoverIntentRequest)(nil),         // 34: canopy.RecoverIntentRequest
 	(*RecoverIntentResponse)(nil),        // 35: canopy.RecoverIntentResponse
-	(*RequestUnion)(nil),                 // 36: canopy.RequestUnion
-	(*ResponseUnion)(nil),                // 37: canopy.ResponseUnion
-	(*BatchRequest)(nil),                 // 38: canopy.BatchRequest
-	(*BatchResponse)(nil),                // 39: canopy.BatchResponse
-	(*RangeLookupRequest)(nil),           // 40: canopy.RangeLookupRequest
-	(*RangeLookupResponse)(nil),          // 41: canopy.RangeLookupResponse
-	(*TimestampRequest)(nil),             // 42: canopy.TimestampRequest
-	(*TimestampResponse)(nil),            // 43: canopy.TimestampResponse
-	(*ClusterSettings)(nil),              // 44: canopy.ClusterSettings
-	(*ClusterInfoRequest)(nil),           // 45: canopy.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),          // 46: canopy.ClusterInfoResponse
-	(*BootstrapRequest)(nil),             // 47: canopy.BootstrapRequest
-	(*BootstrapResponse)(nil),            // 48: canopy.BootstrapResponse
-	(*SplitRequest)(nil),                 // 49: canopy.SplitRequest
-	(*SplitResponse)(nil),                // 50: canopy.SplitResponse
-	(*RangeStatus)(nil),                  // 51: canopy.RangeStatus
-	(*NodeStatusRequest)(nil),            // 52: canopy.NodeStatusRequest
-	(*NodeStatusResponse)(nil),           // 53: canopy.NodeStatusResponse
-	(*RaftMessage)(nil),                  // 54: canopy.RaftMessage
-	(*RaftMessageBatch)(nil),             // 55: canopy.RaftMessageBatch
-	(*RaftMessageBatchResponse)(nil),     // 56: canopy.RaftMessageBatchResponse
-	(*JoinRequest)(nil),                  // 57: canopy.JoinRequest
-	(*JoinResponse)(nil),                 // 58: canopy.JoinResponse
-	(*PingRequest)(nil),                  // 59: canopy.PingRequest
-	(*PingResponse)(nil),                 // 60: canopy.PingResponse
-	(*ProposeRequest)(nil),               // 61: canopy.ProposeRequest
-	(*ProposeResponse)(nil),              // 62: canopy.ProposeResponse
-	(*RaftCommand)(nil),                  // 63: canopy.RaftCommand
-	(*GCCommand)(nil),                    // 64: canopy.GCCommand
-	(*RangeState)(nil),                   // 65: canopy.RangeState
-	(*SplitCommand)(nil),                 // 66: canopy.SplitCommand
-	(*MetaUpdateCommand)(nil),            // 67: canopy.MetaUpdateCommand
-	(*AllocRangeIDCommand)(nil),          // 68: canopy.AllocRangeIDCommand
-	(*CASBoundCommand)(nil),              // 69: canopy.CASBoundCommand
-	(*ChangeReplicasCommand)(nil),        // 70: canopy.ChangeReplicasCommand
-	(*AddNodeRequest)(nil),               // 71: canopy.AddNodeRequest
-	(*AddNodeResponse)(nil),              // 72: canopy.AddNodeResponse
-	(*ChangeMembershipRequest)(nil),      // 73: canopy.ChangeMembershipRequest
-	(*ChangeMembershipResponse)(nil),     // 74: canopy.ChangeMembershipResponse
-	(*MembersRequest)(nil),               // 75: canopy.MembersRequest
-	(*MemberInfo)(nil),                   // 76: canopy.MemberInfo
-	(*MembersResponse)(nil),              // 77: canopy.MembersResponse
-	(*TxnSwitches)(nil),                  // 78: canopy.TxnSwitches
-	(ReplicaType)(0),                     // 79: canopy.ReplicaType
-	(*PlainScanRequest)(nil),             // 80: canopy.PlainScanRequest
-	(*PlainScanResponse)(nil),            // 81: canopy.PlainScanResponse
-	(*FollowerProgress)(nil),             // 82: canopy.FollowerProgress
-	(*AddNodeCommand)(nil),               // 83: canopy.AddNodeCommand
-	(*SetMembershipCommand)(nil),         // 84: canopy.SetMembershipCommand
-	(NodeMembership)(0),                  // 85: canopy.NodeMembership
-	(*NodeRecord)(nil),                   // 86: canopy.NodeRecord
+	(*PrepareRequest)(nil),               // 36: canopy.PrepareRequest
+	(*PrepareResponse)(nil),              // 37: canopy.PrepareResponse
+	(*RequestUnion)(nil),                 // 38: canopy.RequestUnion
+	(*ResponseUnion)(nil),                // 39: canopy.ResponseUnion
+	(*BatchRequest)(nil),                 // 40: canopy.BatchRequest
+	(*BatchResponse)(nil),                // 41: canopy.BatchResponse
+	(*RangeLookupRequest)(nil),           // 42: canopy.RangeLookupRequest
+	(*RangeLookupResponse)(nil),          // 43: canopy.RangeLookupResponse
+	(*TimestampRequest)(nil),             // 44: canopy.TimestampRequest
+	(*TimestampResponse)(nil),            // 45: canopy.TimestampResponse
+	(*ClusterSettings)(nil),              // 46: canopy.ClusterSettings
+	(*ClusterInfoRequest)(nil),           // 47: canopy.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),          // 48: canopy.ClusterInfoResponse
+	(*BootstrapRequest)(nil),             // 49: canopy.BootstrapRequest
+	(*BootstrapResponse)(nil),            // 50: canopy.BootstrapResponse
+	(*SplitRequest)(nil),                 // 51: canopy.SplitRequest
+	(*SplitResponse)(nil),                // 52: canopy.SplitResponse
+	(*RangeStatus)(nil),                  // 53: canopy.RangeStatus
+	(*NodeStatusRequest)(nil),            // 54: canopy.NodeStatusRequest
+	(*NodeStatusResponse)(nil),           // 55: canopy.NodeStatusResponse
+	(*RaftMessage)(nil),                  // 56: canopy.RaftMessage
+	(*RaftMessageBatch)(nil),             // 57: canopy.RaftMessageBatch
+	(*RaftMessageBatchResponse)(nil),     // 58: canopy.RaftMessageBatchResponse
+	(*JoinRequest)(nil),                  // 59: canopy.JoinRequest
+	(*JoinResponse)(nil),                 // 60: canopy.JoinResponse
+	(*PingRequest)(nil),                  // 61: canopy.PingRequest
+	(*PingResponse)(nil),                 // 62: canopy.PingResponse
+	(*ProposeRequest)(nil),               // 63: canopy.ProposeRequest
+	(*ProposeResponse)(nil),              // 64: canopy.ProposeResponse
+	(*RaftCommand)(nil),                  // 65: canopy.RaftCommand
+	(*GCCommand)(nil),                    // 66: canopy.GCCommand
+	(*RangeState)(nil),                   // 67: canopy.RangeState
+	(*SplitCommand)(nil),                 // 68: canopy.SplitCommand
+	(*MetaUpdateCommand)(nil),            // 69: canopy.MetaUpdateCommand
+	(*AllocRangeIDCommand)(nil),          // 70: canopy.AllocRangeIDCommand
+	(*CASBoundCommand)(nil),              // 71: canopy.CASBoundCommand
+	(*ChangeReplicasCommand)(nil),        // 72: canopy.ChangeReplicasCommand
+	(*AddNodeRequest)(nil),               // 73: canopy.AddNodeRequest
+	(*AddNodeResponse)(nil),              // 74: canopy.AddNodeResponse
+	(*ChangeMembershipRequest)(nil),      // 75: canopy.ChangeMembershipRequest
+	(*ChangeMembershipResponse)(nil),     // 76: canopy.ChangeMembershipResponse
+	(*MembersRequest)(nil),               // 77: canopy.MembersRequest
+	(*MemberInfo)(nil),                   // 78: canopy.MemberInfo
+	(*MembersResponse)(nil),              // 79: canopy.MembersResponse
+	(*TxnSwitches)(nil),                  // 80: canopy.TxnSwitches
+	(ReplicaType)(0),                     // 81: canopy.ReplicaType
+	(*PlainScanRequest)(nil),             // 82: canopy.PlainScanRequest
+	(*PlainScanResponse)(nil),            // 83: canopy.PlainScanResponse
+	(*FollowerProgress)(nil),             // 84: canopy.FollowerProgress
+	(*AddNodeCommand)(nil),               // 85: canopy.AddNodeCommand
+	(*SetMembershipCommand)(nil),         // 86: canopy.SetMembershipCommand
+	(NodeMembership)(0),                  // 87: canopy.NodeMembership
+	(*NodeRecord)(nil),                   // 88: canopy.NodeRecord
 }
 var file_canopy_proto_depIdxs = []int32{
-	79,  // 0: canopy.ReplicaDescriptor.type:type_name -> canopy.ReplicaType
+	81,  // 0: canopy.ReplicaDescriptor.type:type_name -> canopy.ReplicaType
 	1,   // 1: canopy.RangeDescriptor.replicas:type_name -> canopy.ReplicaDescriptor
 	0,   // 2: canopy.Error.code:type_name -> canopy.ErrorCode
 	6,   // 3: canopy.Error.intents:type_name -> canopy.Intent
@@ -5596,115 +5792,119 @@ var file_canopy_proto_depIdxs = []int32{
 	8,   // 8: canopy.RefreshRequest.spans:type_name -> canopy.Span
 	30,  // 9: canopy.CommitOnePCRequest.writes:type_name -> canopy.OnePCWrite
 	8,   // 10: canopy.CommitOnePCRequest.refresh_spans:type_name -> canopy.Span
-	9,   // 11: canopy.RequestUnion.get:type_name -> canopy.GetRequest
-	11,  // 12: canopy.RequestUnion.scan:type_name -> canopy.ScanRequest
-	13,  // 13: canopy.RequestUnion.put_intent:type_name -> canopy.PutIntentRequest
-	15,  // 14: canopy.RequestUnion.resolve_intent:type_name -> canopy.ResolveIntentRequest
-	17,  // 15: canopy.RequestUnion.put:type_name -> canopy.PutRequest
-	19,  // 16: canopy.RequestUnion.refresh:type_name -> canopy.RefreshRequest
-	23,  // 17: canopy.RequestUnion.plain_get:type_name -> canopy.PlainGetRequest
-	25,  // 18: canopy.RequestUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsRequest
-	27,  // 19: canopy.RequestUnion.plain_put:type_name -> canopy.PlainPutRequest
-	21,  // 20: canopy.RequestUnion.query_intent:type_name -> canopy.QueryIntentRequest
-	29,  // 21: canopy.RequestUnion.commit_one_pc:type_name -> canopy.CommitOnePCRequest
-	32,  // 22: canopy.RequestUnion.query_one_pc:type_name -> canopy.QueryOnePCRequest
-	34,  // 23: canopy.RequestUnion.recover_intent:type_name -> canopy.RecoverIntentRequest
-	80,  // 24: canopy.RequestUnion.plain_scan:type_name -> canopy.PlainScanRequest
-	10,  // 25: canopy.ResponseUnion.get:type_name -> canopy.GetResponse
-	12,  // 26: canopy.ResponseUnion.scan:type_name -> canopy.ScanResponse
-	14,  // 27: canopy.ResponseUnion.put_intent:type_name -> canopy.PutIntentResponse
-	16,  // 28: canopy.ResponseUnion.resolve_intent:type_name -> canopy.ResolveIntentResponse
-	18,  // 29: canopy.ResponseUnion.put:type_name -> canopy.PutResponse
-	20,  // 30: canopy.ResponseUnion.refresh:type_name -> canopy.RefreshResponse
-	24,  // 31: canopy.ResponseUnion.plain_get:type_name -> canopy.PlainGetResponse
-	26,  // 32: canopy.ResponseUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsResponse
-	28,  // 33: canopy.ResponseUnion.plain_put:type_name -> canopy.PlainPutResponse
-	22,  // 34: canopy.ResponseUnion.query_intent:type_name -> canopy.QueryIntentResponse
-	31,  // 35: canopy.ResponseUnion.commit_one_pc:type_name -> canopy.CommitOnePCResponse
-	33,  // 36: canopy.ResponseUnion.query_one_pc:type_name -> canopy.QueryOnePCResponse
-	35,  // 37: canopy.ResponseUnion.recover_intent:type_name -> canopy.RecoverIntentResponse
-	81,  // 38: canopy.ResponseUnion.plain_scan:type_name -> canopy.PlainScanResponse
-	36,  // 39: canopy.BatchRequest.requests:type_name -> canopy.RequestUnion
-	4,   // 40: canopy.BatchResponse.error:type_name -> canopy.Error
-	37,  // 41: canopy.BatchResponse.responses:type_name -> canopy.ResponseUnion
-	4,   // 42: canopy.RangeLookupResponse.error:type_name -> canopy.Error
-	2,   // 43: canopy.RangeLookupResponse.range:type_name -> canopy.RangeDescriptor
-	3,   // 44: canopy.RangeLookupResponse.nodes:type_name -> canopy.NodeDescriptor
-	4,   // 45: canopy.TimestampResponse.error:type_name -> canopy.Error
-	4,   // 46: canopy.ClusterInfoResponse.error:type_name -> canopy.Error
-	44,  // 47: canopy.ClusterInfoResponse.settings:type_name -> canopy.ClusterSettings
-	3,   // 48: canopy.ClusterInfoResponse.nodes:type_name -> canopy.NodeDescriptor
-	44,  // 49: canopy.BootstrapRequest.settings:type_name -> canopy.ClusterSettings
-	4,   // 50: canopy.BootstrapResponse.error:type_name -> canopy.Error
-	44,  // 51: canopy.BootstrapResponse.settings:type_name -> canopy.ClusterSettings
-	4,   // 52: canopy.SplitResponse.error:type_name -> canopy.Error
-	2,   // 53: canopy.SplitResponse.left:type_name -> canopy.RangeDescriptor
-	2,   // 54: canopy.SplitResponse.right:type_name -> canopy.RangeDescriptor
-	2,   // 55: canopy.RangeStatus.range:type_name -> canopy.RangeDescriptor
-	82,  // 56: canopy.RangeStatus.followers:type_name -> canopy.FollowerProgress
-	51,  // 57: canopy.NodeStatusResponse.ranges:type_name -> canopy.RangeStatus
-	54,  // 58: canopy.RaftMessageBatch.messages:type_name -> canopy.RaftMessage
-	3,   // 59: canopy.JoinRequest.nodes:type_name -> canopy.NodeDescriptor
-	44,  // 60: canopy.JoinRequest.settings:type_name -> canopy.ClusterSettings
-	2,   // 61: canopy.JoinRequest.ranges:type_name -> canopy.RangeDescriptor
-	7,   // 62: canopy.JoinRequest.initial_data:type_name -> canopy.KeyValue
-	4,   // 63: canopy.JoinResponse.error:type_name -> canopy.Error
-	63,  // 64: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
-	4,   // 65: canopy.ProposeResponse.error:type_name -> canopy.Error
-	38,  // 66: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
-	66,  // 67: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
-	67,  // 68: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
-	68,  // 69: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
-	69,  // 70: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
-	64,  // 71: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
-	83,  // 72: canopy.RaftCommand.add_node:type_name -> canopy.AddNodeCommand
-	84,  // 73: canopy.RaftCommand.set_membership:type_name -> canopy.SetMembershipCommand
-	2,   // 74: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
-	2,   // 75: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
-	2,   // 76: canopy.ChangeReplicasCommand.desc:type_name -> canopy.RangeDescriptor
-	4,   // 77: canopy.AddNodeResponse.error:type_name -> canopy.Error
-	57,  // 78: canopy.AddNodeResponse.join:type_name -> canopy.JoinRequest
-	85,  // 79: canopy.ChangeMembershipRequest.membership:type_name -> canopy.NodeMembership
-	4,   // 80: canopy.ChangeMembershipResponse.error:type_name -> canopy.Error
-	86,  // 81: canopy.ChangeMembershipResponse.node:type_name -> canopy.NodeRecord
-	86,  // 82: canopy.MemberInfo.node:type_name -> canopy.NodeRecord
-	4,   // 83: canopy.MembersResponse.error:type_name -> canopy.Error
-	76,  // 84: canopy.MembersResponse.members:type_name -> canopy.MemberInfo
-	38,  // 85: canopy.KV.Batch:input_type -> canopy.BatchRequest
-	40,  // 86: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
-	42,  // 87: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
-	45,  // 88: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
-	49,  // 89: canopy.KV.Split:input_type -> canopy.SplitRequest
-	52,  // 90: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
-	47,  // 91: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
-	71,  // 92: canopy.KV.AddNode:input_type -> canopy.AddNodeRequest
-	73,  // 93: canopy.KV.ChangeMembership:input_type -> canopy.ChangeMembershipRequest
-	75,  // 94: canopy.KV.Members:input_type -> canopy.MembersRequest
-	55,  // 95: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
-	55,  // 96: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
-	61,  // 97: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
-	57,  // 98: canopy.Internal.Join:input_type -> canopy.JoinRequest
-	59,  // 99: canopy.Internal.Ping:input_type -> canopy.PingRequest
-	39,  // 100: canopy.KV.Batch:output_type -> canopy.BatchResponse
-	41,  // 101: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
-	43,  // 102: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
-	46,  // 103: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
-	50,  // 104: canopy.KV.Split:output_type -> canopy.SplitResponse
-	53,  // 105: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
-	48,  // 106: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
-	72,  // 107: canopy.KV.AddNode:output_type -> canopy.AddNodeResponse
-	74,  // 108: canopy.KV.ChangeMembership:output_type -> canopy.ChangeMembershipResponse
-	77,  // 109: canopy.KV.Members:output_type -> canopy.MembersResponse
-	56,  // 110: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
-	56,  // 111: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
-	62,  // 112: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
-	58,  // 113: canopy.Internal.Join:output_type -> canopy.JoinResponse
-	60,  // 114: canopy.Internal.Ping:output_type -> canopy.PingResponse
-	100, // [100:115] is the sub-list for method output_type
-	85,  // [85:100] is the sub-list for method input_type
-	85,  // [85:85] is the sub-list for extension type_name
-	85,  // [85:85] is the sub-list for extension extendee
-	0,   // [0:85] is the sub-list for field type_name
+	5,   // 11: canopy.PrepareRequest.txn:type_name -> canopy.TxnMeta
+	30,  // 12: canopy.PrepareRequest.writes:type_name -> canopy.OnePCWrite
+	9,   // 13: canopy.RequestUnion.get:type_name -> canopy.GetRequest
+	11,  // 14: canopy.RequestUnion.scan:type_name -> canopy.ScanRequest
+	13,  // 15: canopy.RequestUnion.put_intent:type_name -> canopy.PutIntentRequest
+	15,  // 16: canopy.RequestUnion.resolve_intent:type_name -> canopy.ResolveIntentRequest
+	17,  // 17: canopy.RequestUnion.put:type_name -> canopy.PutRequest
+	19,  // 18: canopy.RequestUnion.refresh:type_name -> canopy.RefreshRequest
+	23,  // 19: canopy.RequestUnion.plain_get:type_name -> canopy.PlainGetRequest
+	25,  // 20: canopy.RequestUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsRequest
+	27,  // 21: canopy.RequestUnion.plain_put:type_name -> canopy.PlainPutRequest
+	21,  // 22: canopy.RequestUnion.query_intent:type_name -> canopy.QueryIntentRequest
+	29,  // 23: canopy.RequestUnion.commit_one_pc:type_name -> canopy.CommitOnePCRequest
+	32,  // 24: canopy.RequestUnion.query_one_pc:type_name -> canopy.QueryOnePCRequest
+	34,  // 25: canopy.RequestUnion.recover_intent:type_name -> canopy.RecoverIntentRequest
+	82,  // 26: canopy.RequestUnion.plain_scan:type_name -> canopy.PlainScanRequest
+	36,  // 27: canopy.RequestUnion.prepare:type_name -> canopy.PrepareRequest
+	10,  // 28: canopy.ResponseUnion.get:type_name -> canopy.GetResponse
+	12,  // 29: canopy.ResponseUnion.scan:type_name -> canopy.ScanResponse
+	14,  // 30: canopy.ResponseUnion.put_intent:type_name -> canopy.PutIntentResponse
+	16,  // 31: canopy.ResponseUnion.resolve_intent:type_name -> canopy.ResolveIntentResponse
+	18,  // 32: canopy.ResponseUnion.put:type_name -> canopy.PutResponse
+	20,  // 33: canopy.ResponseUnion.refresh:type_name -> canopy.RefreshResponse
+	24,  // 34: canopy.ResponseUnion.plain_get:type_name -> canopy.PlainGetResponse
+	26,  // 35: canopy.ResponseUnion.plain_put_unless_exists:type_name -> canopy.PlainPutUnlessExistsResponse
+	28,  // 36: canopy.ResponseUnion.plain_put:type_name -> canopy.PlainPutResponse
+	22,  // 37: canopy.ResponseUnion.query_intent:type_name -> canopy.QueryIntentResponse
+	31,  // 38: canopy.ResponseUnion.commit_one_pc:type_name -> canopy.CommitOnePCResponse
+	33,  // 39: canopy.ResponseUnion.query_one_pc:type_name -> canopy.QueryOnePCResponse
+	35,  // 40: canopy.ResponseUnion.recover_intent:type_name -> canopy.RecoverIntentResponse
+	83,  // 41: canopy.ResponseUnion.plain_scan:type_name -> canopy.PlainScanResponse
+	37,  // 42: canopy.ResponseUnion.prepare:type_name -> canopy.PrepareResponse
+	38,  // 43: canopy.BatchRequest.requests:type_name -> canopy.RequestUnion
+	4,   // 44: canopy.BatchResponse.error:type_name -> canopy.Error
+	39,  // 45: canopy.BatchResponse.responses:type_name -> canopy.ResponseUnion
+	4,   // 46: canopy.RangeLookupResponse.error:type_name -> canopy.Error
+	2,   // 47: canopy.RangeLookupResponse.range:type_name -> canopy.RangeDescriptor
+	3,   // 48: canopy.RangeLookupResponse.nodes:type_name -> canopy.NodeDescriptor
+	4,   // 49: canopy.TimestampResponse.error:type_name -> canopy.Error
+	4,   // 50: canopy.ClusterInfoResponse.error:type_name -> canopy.Error
+	46,  // 51: canopy.ClusterInfoResponse.settings:type_name -> canopy.ClusterSettings
+	3,   // 52: canopy.ClusterInfoResponse.nodes:type_name -> canopy.NodeDescriptor
+	46,  // 53: canopy.BootstrapRequest.settings:type_name -> canopy.ClusterSettings
+	4,   // 54: canopy.BootstrapResponse.error:type_name -> canopy.Error
+	46,  // 55: canopy.BootstrapResponse.settings:type_name -> canopy.ClusterSettings
+	4,   // 56: canopy.SplitResponse.error:type_name -> canopy.Error
+	2,   // 57: canopy.SplitResponse.left:type_name -> canopy.RangeDescriptor
+	2,   // 58: canopy.SplitResponse.right:type_name -> canopy.RangeDescriptor
+	2,   // 59: canopy.RangeStatus.range:type_name -> canopy.RangeDescriptor
+	84,  // 60: canopy.RangeStatus.followers:type_name -> canopy.FollowerProgress
+	53,  // 61: canopy.NodeStatusResponse.ranges:type_name -> canopy.RangeStatus
+	56,  // 62: canopy.RaftMessageBatch.messages:type_name -> canopy.RaftMessage
+	3,   // 63: canopy.JoinRequest.nodes:type_name -> canopy.NodeDescriptor
+	46,  // 64: canopy.JoinRequest.settings:type_name -> canopy.ClusterSettings
+	2,   // 65: canopy.JoinRequest.ranges:type_name -> canopy.RangeDescriptor
+	7,   // 66: canopy.JoinRequest.initial_data:type_name -> canopy.KeyValue
+	4,   // 67: canopy.JoinResponse.error:type_name -> canopy.Error
+	65,  // 68: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
+	4,   // 69: canopy.ProposeResponse.error:type_name -> canopy.Error
+	40,  // 70: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
+	68,  // 71: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
+	69,  // 72: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
+	70,  // 73: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
+	71,  // 74: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
+	66,  // 75: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
+	85,  // 76: canopy.RaftCommand.add_node:type_name -> canopy.AddNodeCommand
+	86,  // 77: canopy.RaftCommand.set_membership:type_name -> canopy.SetMembershipCommand
+	2,   // 78: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
+	2,   // 79: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
+	2,   // 80: canopy.ChangeReplicasCommand.desc:type_name -> canopy.RangeDescriptor
+	4,   // 81: canopy.AddNodeResponse.error:type_name -> canopy.Error
+	59,  // 82: canopy.AddNodeResponse.join:type_name -> canopy.JoinRequest
+	87,  // 83: canopy.ChangeMembershipRequest.membership:type_name -> canopy.NodeMembership
+	4,   // 84: canopy.ChangeMembershipResponse.error:type_name -> canopy.Error
+	88,  // 85: canopy.ChangeMembershipResponse.node:type_name -> canopy.NodeRecord
+	88,  // 86: canopy.MemberInfo.node:type_name -> canopy.NodeRecord
+	4,   // 87: canopy.MembersResponse.error:type_name -> canopy.Error
+	78,  // 88: canopy.MembersResponse.members:type_name -> canopy.MemberInfo
+	40,  // 89: canopy.KV.Batch:input_type -> canopy.BatchRequest
+	42,  // 90: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
+	44,  // 91: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
+	47,  // 92: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
+	51,  // 93: canopy.KV.Split:input_type -> canopy.SplitRequest
+	54,  // 94: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
+	49,  // 95: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
+	73,  // 96: canopy.KV.AddNode:input_type -> canopy.AddNodeRequest
+	75,  // 97: canopy.KV.ChangeMembership:input_type -> canopy.ChangeMembershipRequest
+	77,  // 98: canopy.KV.Members:input_type -> canopy.MembersRequest
+	57,  // 99: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
+	57,  // 100: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
+	63,  // 101: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
+	59,  // 102: canopy.Internal.Join:input_type -> canopy.JoinRequest
+	61,  // 103: canopy.Internal.Ping:input_type -> canopy.PingRequest
+	41,  // 104: canopy.KV.Batch:output_type -> canopy.BatchResponse
+	43,  // 105: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
+	45,  // 106: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
+	48,  // 107: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
+	52,  // 108: canopy.KV.Split:output_type -> canopy.SplitResponse
+	55,  // 109: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
+	50,  // 110: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
+	74,  // 111: canopy.KV.AddNode:output_type -> canopy.AddNodeResponse
+	76,  // 112: canopy.KV.ChangeMembership:output_type -> canopy.ChangeMembershipResponse
+	79,  // 113: canopy.KV.Members:output_type -> canopy.MembersResponse
+	58,  // 114: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
+	58,  // 115: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
+	64,  // 116: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
+	60,  // 117: canopy.Internal.Join:output_type -> canopy.JoinResponse
+	62,  // 118: canopy.Internal.Ping:output_type -> canopy.PingResponse
+	104, // [104:119] is the sub-list for method output_type
+	89,  // [89:104] is the sub-list for method input_type
+	89,  // [89:89] is the sub-list for extension type_name
+	89,  // [89:89] is the sub-list for extension extendee
+	0,   // [0:89] is the sub-list for field type_name
 }
 
 func init() { file_canopy_proto_init() }
@@ -5714,7 +5914,7 @@ func file_canopy_proto_init() {
 	}
 	file_plain_scan_proto_init()
 	file_canopy_membership_proto_init()
-	file_canopy_proto_msgTypes[35].OneofWrappers = []any{
+	file_canopy_proto_msgTypes[37].OneofWrappers = []any{
 		(*RequestUnion_Get)(nil),
 		(*RequestUnion_Scan)(nil),
 		(*RequestUnion_PutIntent)(nil),
@@ -5729,8 +5929,9 @@ func file_canopy_proto_init() {
 		(*RequestUnion_QueryOnePc)(nil),
 		(*RequestUnion_RecoverIntent)(nil),
 		(*RequestUnion_PlainScan)(nil),
+		(*RequestUnion_Prepare)(nil),
 	}
-	file_canopy_proto_msgTypes[36].OneofWrappers = []any{
+	file_canopy_proto_msgTypes[38].OneofWrappers = []any{
 		(*ResponseUnion_Get)(nil),
 		(*ResponseUnion_Scan)(nil),
 		(*ResponseUnion_PutIntent)(nil),
@@ -5745,6 +5946,7 @@ func file_canopy_proto_init() {
 		(*ResponseUnion_QueryOnePc)(nil),
 		(*ResponseUnion_RecoverIntent)(nil),
 		(*ResponseUnion_PlainScan)(nil),
+		(*ResponseUnion_Prepare)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5752,7 +5954,7 @@ func file_canopy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_canopy_proto_rawDesc), len(file_canopy_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   78,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

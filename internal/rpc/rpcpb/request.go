@@ -42,6 +42,14 @@ func (r *RequestUnion) Key() []byte {
 		return v.RecoverIntent.GetKey()
 	case *RequestUnion_PlainScan:
 		return v.PlainScan.GetStart()
+	case *RequestUnion_Prepare:
+		// Its first key: every key lies in that key's range.
+		if ws := v.Prepare.GetWrites(); len(ws) > 0 {
+			return ws[0].GetKey()
+		}
+		if rs := v.Prepare.GetReads(); len(rs) > 0 {
+			return rs[0]
+		}
 	}
 	return nil
 }
@@ -67,7 +75,8 @@ func (r *RequestUnion) IsWrite() bool {
 	switch r.GetValue().(type) {
 	case *RequestUnion_PutIntent, *RequestUnion_ResolveIntent, *RequestUnion_Put,
 		*RequestUnion_PlainPut, *RequestUnion_PlainPutUnlessExists,
-		*RequestUnion_CommitOnePc, *RequestUnion_QueryOnePc, *RequestUnion_RecoverIntent:
+		*RequestUnion_CommitOnePc, *RequestUnion_QueryOnePc, *RequestUnion_RecoverIntent,
+		*RequestUnion_Prepare:
 		return true
 	}
 	return false
@@ -95,10 +104,11 @@ const (
 	MethodQueryOnePC
 	MethodRecoverIntent
 	MethodPlainScan
+	MethodPrepare
 	MethodsMax // one past the last method
 )
 
-var methodNames = [MethodsMax]string{"None", "Get", "Scan", "PutIntent", "ResolveIntent", "Put", "Refresh", "PlainGet", "PlainPutUnlessExists", "PlainPut", "QueryIntent", "CommitOnePC", "QueryOnePC", "RecoverIntent", "PlainScan"}
+var methodNames = [MethodsMax]string{"None", "Get", "Scan", "PutIntent", "ResolveIntent", "Put", "Refresh", "PlainGet", "PlainPutUnlessExists", "PlainPut", "QueryIntent", "CommitOnePC", "QueryOnePC", "RecoverIntent", "PlainScan", "Prepare"}
 
 func (m Method) String() string {
 	if m < MethodsMax {
@@ -124,6 +134,7 @@ func (*RequestUnion_CommitOnePc) method() Method          { return MethodCommitO
 func (*RequestUnion_QueryOnePc) method() Method           { return MethodQueryOnePC }
 func (*RequestUnion_RecoverIntent) method() Method        { return MethodRecoverIntent }
 func (*RequestUnion_PlainScan) method() Method            { return MethodPlainScan }
+func (*RequestUnion_Prepare) method() Method              { return MethodPrepare }
 
 // Method returns the request's type (MethodNone if unset).
 func (r *RequestUnion) Method() Method {
