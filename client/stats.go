@@ -57,6 +57,17 @@ type Stats struct {
 	// StatusCacheHits the decisions it found in the cache instead.
 	StatusLookupRequests int64
 	StatusCacheHits      int64
+	// ProtocolTxns counts the commits of distributed or local transactions
+	// whose commit-protocol messages a protocol counted; ProtocolMessages
+	// the messages of those commits (requests and replies, from the commit
+	// request to the decision reaching every participant, as the thesis's
+	// formulas 2.3, 3.4 count them: no reads, no status-table write), and
+	// ProtocolSteps their communication steps (the longest chain of
+	// messages each waited for, formulas 2.2, 3.3). Only protocols that
+	// count (2pc-locking, and the hierarchy's) add to them.
+	ProtocolTxns     int64
+	ProtocolMessages int64
+	ProtocolSteps    int64
 }
 
 type stats struct {
@@ -65,6 +76,7 @@ type stats struct {
 	pipelinedWrites, pipelineStalls, pipelinedWritesFailed countingInt
 	onePCCommits, parallelCommits, recovered               countingInt
 	statusLookups, statusCacheHits                         countingInt
+	protocolTxns, protocolMessages, protocolSteps          countingInt
 	retryReasons                                           retryReasons // metrics.go
 }
 
@@ -78,6 +90,9 @@ func (db *DB) Stats() Stats {
 		AmbiguousResolved: db.stats.ambiguousResolved.load(),
 		AbortedOthers:     db.stats.abortedOthers.load(),
 		IntentsResolved:   db.stats.intentsResolved.load(),
+		ProtocolTxns:      db.stats.protocolTxns.load(),
+		ProtocolMessages:  db.stats.protocolMessages.load(),
+		ProtocolSteps:     db.stats.protocolSteps.load(),
 		ResolveDropped:    db.stats.resolveDropped.load(),
 		TimestampRPCs:     db.oracle.rpcs.load(),
 

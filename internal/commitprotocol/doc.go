@@ -58,6 +58,6 @@
 //     Prepare's), resolved with ResolveIntent, which also releases the
 //     locks (shared or exclusive) the transaction holds at the key.
 //  6. Each protocol counts its messages per transaction (client.Stats
-//     ProtocolMessages, ProtocolSteps), so that `canopy bench hierarchy`
+//     ProtocolTxns, ProtocolMessages, ProtocolSteps), so that `canopy bench hierarchy`
 //     reports them beside formulas 3.3 and 3.4 of the thesis.
 package commitprotocol

@@ -10,7 +10,9 @@ import (
 // ResolveIntent turns a transaction's intent into a committed version
 // (commit_ts != 0) or removes it (commit_ts == 0, aborted). Idempotent: an
 // intent that is gone, or belongs to another transaction, is left alone.
-// Resolving as aborted also drops the transaction's refusal at the key.
+// Resolving as aborted also drops the transaction's refusal at the key;
+// resolving either way drops its replicated shared lock there, and the
+// lock table then releases whatever lock it holds at the key.
 func init() {
 	register(rpcpb.MethodResolveIntent, &Command{
 		Declare: func(ru *rpcpb.RequestUnion, _ *rpcpb.RangeDescriptor, add func(concurrency.LatchSpan)) {
@@ -28,18 +30,21 @@ func evalResolveIntent(c Context, rw storage.ReadWriter, ru *rpcpb.RequestUnion,
 	if _, err := mvcc.ResolveIntent(rw, p.Key, p.TxnStart, p.CommitTs); err != nil {
 		return nil, Error(err)
 	}
-	if p.CommitTs == 0 {
-		// An aborted transaction's refusal here is no longer needed: a
-		// late intent is resolved by the first reader, who finds it
-		// aborted.
-		rec, err := loadKeyRecord(rw, p.Key)
-		if err != nil {
+	rec, err := loadKeyRecord(rw, p.Key)
+	if err != nil {
+		return nil, Error(err)
+	}
+	// The transaction's shared lock here (2pc-locking) ends with its
+	// decision, whatever it is.
+	changed := rec.unshare(p.TxnStart)
+	// An aborted transaction's refusal here is no longer needed: a late
+	// intent is resolved by the first reader, who finds it aborted.
+	if p.CommitTs == 0 && rec.unrefuse(p.TxnStart) {
+		changed = true
+	}
+	if changed {
+		if err := storeKeyRecord(rw, p.Key, rec); err != nil {
 			return nil, Error(err)
-		}
-		if rec.unrefuse(p.TxnStart) {
-			if err := storeKeyRecord(rw, p.Key, rec); err != nil {
-				return nil, Error(err)
-			}
 		}
 	}
 	fx.Unlocked = append(fx.Unlocked, Lock{Key: p.Key, Txn: p.TxnStart})

@@ -31,6 +31,9 @@ type Lock struct {
 	Key []byte
 	// Txn is the transaction's start timestamp.
 	Txn uint64
+	// Strength: Exclusive for an intent (also when zero), Shared for
+	// 2pc-locking's replicated shared lock of a key read.
+	Strength concurrency.Strength
 }
 
 // Effects are the lock changes of a write batch, for the leaseholder's

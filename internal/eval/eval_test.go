@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/canopy-db/canopy/internal/concurrency"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/storage"
 	"github.com/cockroachdb/datadriven"
@@ -39,6 +40,7 @@ func TestCommandTable(t *testing.T) {
 		{Value: &rpcpb.RequestUnion_QueryOnePc{QueryOnePc: &rpcpb.QueryOnePCRequest{}}},
 		{Value: &rpcpb.RequestUnion_RecoverIntent{RecoverIntent: &rpcpb.RecoverIntentRequest{}}},
 		{Value: &rpcpb.RequestUnion_PlainScan{PlainScan: &rpcpb.PlainScanRequest{}}},
+		{Value: &rpcpb.RequestUnion_Prepare{Prepare: &rpcpb.PrepareRequest{}}},
 	}
 	if len(examples) != int(rpcpb.MethodsMax)-1 {
 		t.Fatalf("%d examples for %d methods", len(examples), rpcpb.MethodsMax-1)
@@ -95,6 +97,10 @@ func TestEvalDataDriven(t *testing.T) {
 				resp, fx := EvalWrite(c, b, req)
 				printResponse(&out, resp)
 				for _, l := range fx.Locked {
+					if l.Strength == concurrency.Shared {
+						fmt.Fprintf(&out, "locked %s shared by txn %d\n", l.Key, l.Txn)
+						continue
+					}
 					fmt.Fprintf(&out, "locked %s by txn %d\n", l.Key, l.Txn)
 				}
 				for _, l := range fx.Unlocked {
@@ -182,6 +188,24 @@ func parseRequest(t *testing.T, line string) *rpcpb.RequestUnion {
 			}
 		}
 		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_CommitOnePc{CommitOnePc: p}}
+	case "prepare":
+		// prepare txn=N write=k:v write=k:<delete> read=k
+		p := &rpcpb.PrepareRequest{Txn: &rpcpb.TxnMeta{StartTs: u("txn")}}
+		for _, kv := range f[1:] {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "write":
+				wk, wv, _ := strings.Cut(v, ":")
+				w := &rpcpb.OnePCWrite{Key: []byte(wk), Value: []byte(wv)}
+				if wv == "<delete>" {
+					w.Value, w.Delete = nil, true
+				}
+				p.Writes = append(p.Writes, w)
+			case "read":
+				p.Reads = append(p.Reads, []byte(v))
+			}
+		}
+		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_Prepare{Prepare: p}}
 	case "plain-scan":
 		return &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainScan{PlainScan: &rpcpb.PlainScanRequest{Start: b("start"), End: b("end"), Limit: uint32(u("limit"))}}}
 	case "plain-get":

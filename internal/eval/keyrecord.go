@@ -32,12 +32,61 @@ import (
 //     threshold (a request that old is refused anyway, or harmless: its
 //     transaction has long been decided).
 //
-// Encoding: format byte 1; uvarint n, then n pairs (uvarint start_ts,
-// uvarint commit_ts - start_ts); uvarint m, then m uvarint start_ts. An
-// empty record is deleted, not stored.
+//   - shared: start timestamps of 2pc-locking transactions holding a
+//     replicated shared lock here (written by Prepare for a key read and
+//     not written; docs/design-notes.md, "The 2PC + locking baseline"):
+//     another transaction's Prepare may not write the key until each is
+//     resolved (ResolveIntent drops the entry). At most SharedMax.
+//
+// Encoding: format byte 1 or 2; uvarint n, then n pairs (uvarint start_ts,
+// uvarint commit_ts - start_ts); uvarint m, then m uvarint start_ts;
+// format 2 only: uvarint s, then s uvarint start_ts (shared). Format 1 is
+// written when shared is empty, so stores written before shared locks
+// existed read the same. An empty record is deleted, not stored.
 type keyRecord struct {
 	onePC   []onePCEntry
 	refused []uint64
+	shared  []uint64
+}
+
+// SharedMax bounds the replicated shared locks of one key; a Prepare that
+// would exceed it fails (INTERNAL) rather than grow the record without
+// bound.
+const SharedMax = 1024
+
+const keyRecordFormatShared = 2
+
+// sharedBy returns a holder of a shared lock here other than start, 0 if
+// none.
+func (k *keyRecord) sharedBy(start uint64) uint64 {
+	for _, s := range k.shared {
+		if s != start {
+			return s
+		}
+	}
+	return 0
+}
+
+// share records start as a holder of a shared lock (idempotent).
+func (k *keyRecord) share(start uint64) error {
+	if slices.Contains(k.shared, start) {
+		return nil
+	}
+	if len(k.shared) >= SharedMax {
+		return fmt.Errorf("%w: %d shared locks at one key (SharedMax)", errKeyRecord, len(k.shared))
+	}
+	k.shared = append(k.shared, start)
+	return nil
+}
+
+// unshare drops start's shared lock and reports whether it was there.
+func (k *keyRecord) unshare(start uint64) bool {
+	i := slices.Index(k.shared, start)
+	if i < 0 {
+		return false
+	}
+	k.shared = slices.Delete(k.shared, i, i+1)
+	return true
 }
 
 type onePCEntry struct{ start, commit uint64 }
@@ -56,7 +105,9 @@ const keyRecordFormat = 1
 
 var errKeyRecord = errors.New("eval: key record")
 
-func (k *keyRecord) empty() bool { return len(k.onePC) == 0 && len(k.refused) == 0 }
+func (k *keyRecord) empty() bool {
+	return len(k.onePC) == 0 && len(k.refused) == 0 && len(k.shared) == 0
+}
 
 func (k *keyRecord) onePCCommit(start uint64) (uint64, bool) {
 	for _, e := range k.onePC {
@@ -104,7 +155,11 @@ func (k *keyRecord) pruneBelow(gc uint64) {
 }
 
 func (k *keyRecord) encode() []byte {
-	b := []byte{keyRecordFormat}
+	f := byte(keyRecordFormat)
+	if len(k.shared) > 0 {
+		f = keyRecordFormatShared
+	}
+	b := []byte{f}
 	b = binary.AppendUvarint(b, uint64(len(k.onePC)))
 	for _, e := range k.onePC {
 		b = binary.AppendUvarint(b, e.start)
@@ -114,6 +169,12 @@ func (k *keyRecord) encode() []byte {
 	for _, s := range k.refused {
 		b = binary.AppendUvarint(b, s)
 	}
+	if f == keyRecordFormatShared {
+		b = binary.AppendUvarint(b, uint64(len(k.shared)))
+		for _, s := range k.shared {
+			b = binary.AppendUvarint(b, s)
+		}
+	}
 	return b
 }
 
@@ -122,7 +183,7 @@ func decodeKeyRecord(b []byte) (keyRecord, error) {
 	bad := func(what string) (keyRecord, error) {
 		return keyRecord{}, fmt.Errorf("%w: %s in %x: %w", errKeyRecord, what, b, storage.ErrCorruption)
 	}
-	if len(b) == 0 || b[0] != keyRecordFormat {
+	if len(b) == 0 || (b[0] != keyRecordFormat && b[0] != keyRecordFormatShared) {
 		return bad("unknown format")
 	}
 	rest := b[1:]
@@ -156,6 +217,19 @@ func decodeKeyRecord(b []byte) (keyRecord, error) {
 			return bad("refused entry")
 		}
 		k.refused = append(k.refused, s)
+	}
+	if b[0] == keyRecordFormatShared {
+		c, ok := next()
+		if !ok || c == 0 || c > SharedMax {
+			return bad("shared count")
+		}
+		for range c {
+			s, ok := next()
+			if !ok {
+				return bad("shared entry")
+			}
+			k.shared = append(k.shared, s)
+		}
 	}
 	if len(rest) != 0 {
 		return bad("trailing bytes")

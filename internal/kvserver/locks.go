@@ -74,15 +74,19 @@ func applyLockEffects(t *concurrency.LockTable, fx eval.Effects) {
 		t.Release(concurrency.TxnID(l.Txn), l.Key)
 	}
 	for _, l := range fx.Locked {
-		err := t.Acquire(concurrency.TxnID(l.Txn), l.Key, concurrency.Exclusive)
+		s := l.Strength
+		if s == 0 {
+			s = concurrency.Exclusive
+		}
+		err := t.Acquire(concurrency.TxnID(l.Txn), l.Key, s)
 		var ce *concurrency.ConflictError
 		if errors.As(err, &ce) {
-			// Storage let the intent be written, so the table's other
-			// holders are stale: their intents are gone.
+			// Storage let the intent (or shared lock) be written, so the
+			// table's conflicting holders are stale: their locks are gone.
 			for _, h := range ce.Holders {
 				t.Release(h, l.Key)
 			}
-			_ = t.Acquire(concurrency.TxnID(l.Txn), l.Key, concurrency.Exclusive)
+			_ = t.Acquire(concurrency.TxnID(l.Txn), l.Key, s)
 		}
 	}
 }

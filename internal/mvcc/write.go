@@ -96,6 +96,32 @@ func PutIntent(rw storage.ReadWriter, key, value []byte, isDelete bool, txn TxnM
 	return nil
 }
 
+// PutIntentLocked is PutIntent for a writer that holds the key's
+// exclusive lock (2pc-locking's Prepare): a committed version newer than
+// txn.StartTs is no conflict, because the locks order writers (every
+// earlier writer of key took its commit_ts before releasing its lock,
+// hence before this writer's commit_ts is taken). Another transaction's
+// intent still is (*WriteConflictError with Intent).
+func PutIntentLocked(rw storage.ReadWriter, key, value []byte, isDelete bool, txn TxnMeta) error {
+	if txn.StartTs == 0 {
+		return invalidf("put intent %q: start_ts 0", key)
+	}
+	if isDelete && len(value) != 0 {
+		return invalidf("put intent %q: delete with a %d-byte value", key, len(value))
+	}
+	st, err := loadKeyState(rw, key)
+	if err != nil {
+		return err
+	}
+	if st.intent != nil && st.intent.Txn.StartTs != txn.StartTs {
+		return &WriteConflictError{Key: clone(key), Intent: &Intent{Key: clone(key), Txn: st.intent.Txn}}
+	}
+	if err := rw.Set(IntentKey(key), EncodeIntentValue(IntentValue{Txn: txn, Value: value, IsDelete: isDelete})); err != nil {
+		return fmt.Errorf("mvcc: put intent %q: %w", key, err)
+	}
+	return nil
+}
+
 // ResolveIntent resolves the intent of the transaction txnStart at key
 // (ResolveIntentRequest). commitTs == 0 means the transaction aborted: the
 // intent is removed. Otherwise the intent becomes a committed version at
