@@ -833,6 +833,47 @@ func (t *LockTable) blockersLocked(ls *lockState) {
 	}
 }
 
+// Held returns the strength at which txn holds a lock on key, 0 if it
+// holds none (a claim is not a lock).
+func (t *LockTable) Held(txn TxnID, key []byte) Strength {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ls := t.mu.locks[string(key)]
+	if ls == nil {
+		return 0
+	}
+	for _, h := range ls.holders {
+		if h.txn == txn {
+			return h.strength
+		}
+	}
+	return 0
+}
+
+// Conflicting returns the holders of key whose locks conflict with txn
+// taking it at strength s, in ID order.
+func (t *LockTable) Conflicting(txn TxnID, key []byte, s Strength) []HolderInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ls := t.mu.locks[string(key)]
+	if ls == nil {
+		return nil
+	}
+	var out []HolderInfo
+	for _, h := range ls.holders {
+		if h.txn != txn && locksConflict(h.strength, s) {
+			out = append(out, HolderInfo{Txn: h.txn, Strength: h.strength})
+		}
+	}
+	return out
+}
+
+// HolderInfo is a holder as Conflicting reports it.
+type HolderInfo struct {
+	Txn      TxnID
+	Strength Strength
+}
+
 // Holders returns the transactions holding a lock on key, in ID order.
 func (t *LockTable) Holders(key []byte) []TxnID {
 	t.mu.Lock()

@@ -151,6 +151,20 @@ func TestLockTableDataDriven(t *testing.T) {
 				return lt.String()
 			case "holders":
 				return fmt.Sprintf("%v\n", lt.Holders([]byte(key)))
+			case "held":
+				if s := lt.Held(TxnID(txn), []byte(key)); s != 0 {
+					return s.String() + "\n"
+				}
+				return "none\n"
+			case "conflicting":
+				var b strings.Builder
+				for _, h := range lt.Conflicting(TxnID(txn), []byte(key), scanStrength(t, d)) {
+					fmt.Fprintf(&b, "%d:%s ", h.Txn, h.Strength)
+				}
+				if b.Len() == 0 {
+					return "none\n"
+				}
+				return strings.TrimSpace(b.String()) + "\n"
 			case "waits-for":
 				return formatGraph(lt.WaitsFor())
 			case "graph":

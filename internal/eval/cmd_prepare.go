@@ -69,7 +69,7 @@ func evalPrepare(c Context, rw storage.ReadWriter, ru *rpcpb.RequestUnion, fx *E
 			return nil, rpcpb.NewError(rpcpb.ErrorCode_WRITE_CONFLICT, "write of transaction %d at %q was refused (a recovery found it missing)", txn.StartTs, w.GetKey())
 		}
 		if other := rec.sharedBy(txn.StartTs); other != 0 {
-			return nil, lockConflict(w.GetKey(), other, "a shared lock")
+			return nil, lockConflict(w.GetKey(), other, true)
 		}
 		if err := mvcc.PutIntentLocked(rw, w.GetKey(), w.GetValue(), w.GetDelete(), txn); err != nil {
 			return nil, Error(err)
@@ -95,7 +95,7 @@ func evalPrepare(c Context, rw storage.ReadWriter, ru *rpcpb.RequestUnion, fx *E
 			return nil, Error(err)
 		}
 		if found && in.Txn.StartTs != txn.StartTs {
-			return nil, lockConflict(k, in.Txn.StartTs, "an intent")
+			return nil, lockConflict(k, in.Txn.StartTs, false)
 		}
 		rec, err := loadKeyRecord(rw, k)
 		if err != nil {
@@ -114,8 +114,12 @@ func evalPrepare(c Context, rw storage.ReadWriter, ru *rpcpb.RequestUnion, fx *E
 
 // lockConflict is the WRITE_CONFLICT of a Prepare that met another
 // transaction's lock at key.
-func lockConflict(key []byte, holder uint64, what string) *rpcpb.Error {
+func lockConflict(key []byte, holder uint64, shared bool) *rpcpb.Error {
+	what := "an intent"
+	if shared {
+		what = "a shared lock"
+	}
 	e := rpcpb.NewError(rpcpb.ErrorCode_WRITE_CONFLICT, "transaction %d holds %s at %q", holder, what, key)
-	e.Intents = []*rpcpb.Intent{{Key: key, Txn: &rpcpb.TxnMeta{StartTs: holder, HeartbeatKey: keys.HeartbeatKey(holder)}}}
+	e.Intents = []*rpcpb.Intent{{Key: key, Txn: &rpcpb.TxnMeta{StartTs: holder, HeartbeatKey: keys.HeartbeatKey(holder)}, Shared: shared}}
 	return e
 }

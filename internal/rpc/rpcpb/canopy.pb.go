@@ -486,9 +486,12 @@ func (x *TxnMeta) GetHeartbeatKey() []byte {
 }
 
 type Intent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Txn           *TxnMeta               `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Txn   *TxnMeta               `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
+	// shared: not an intent but txn's shared lock at key (2pc-locking), met
+	// by a Prepare that writes key. Resolved the same way (by txn's status).
+	Shared        bool `protobuf:"varint,3,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -535,6 +538,13 @@ func (x *Intent) GetTxn() *TxnMeta {
 		return x.Txn
 	}
 	return nil
+}
+
+func (x *Intent) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
 }
 
 type KeyValue struct {
@@ -5320,10 +5330,11 @@ const file_canopy_proto_rawDesc = "" +
 	"\x05range\x18\a \x01(\v2\x17.canopy.RangeDescriptorR\x05range\"I\n" +
 	"\aTxnMeta\x12\x19\n" +
 	"\bstart_ts\x18\x01 \x01(\x04R\astartTs\x12#\n" +
-	"\rheartbeat_key\x18\x02 \x01(\fR\fheartbeatKey\"=\n" +
+	"\rheartbeat_key\x18\x02 \x01(\fR\fheartbeatKey\"U\n" +
 	"\x06Intent\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12!\n" +
-	"\x03txn\x18\x02 \x01(\v2\x0f.canopy.TxnMetaR\x03txn\"B\n" +
+	"\x03txn\x18\x02 \x01(\v2\x0f.canopy.TxnMetaR\x03txn\x12\x16\n" +
+	"\x06shared\x18\x03 \x01(\bR\x06shared\"B\n" +
 	"\bKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x0e\n" +
