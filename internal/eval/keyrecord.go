@@ -24,6 +24,7 @@ import (
 //     1PC coordinator whose reply was lost learns that it committed
 //     (QueryOnePC), and how a resent CommitOnePC answers without writing
 //     again;
+//
 //   - refused: start timestamps that may never write here again: a
 //     RecoverIntent that found a STAGING transaction's write missing, or a
 //     QueryOnePC that found a 1PC batch not applied. PutIntent and

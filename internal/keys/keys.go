@@ -37,12 +37,12 @@ var (
 	MetaPrefix = []byte{0x00, 'a'}
 	NodePrefix = []byte{0x00, 'b', 'n'}
 	// RangeIDKey holds the last allocated range ID (8 bytes big endian).
-	RangeIDKey     = []byte{0x00, 'b', 'r'}
+	RangeIDKey = []byte{0x00, 'b', 'r'}
 	// ClusterSettingsKey holds the cluster's settings chosen at init (the
 	// marshalled rpcpb.ClusterSettings: status encoding, replication
 	// factor, commit protocol), written once at bootstrap in range 1.
 	ClusterSettingsKey = []byte{0x00, 'b', 'c'}
-	OracleBoundKey = []byte{0x00, 'c'}
+	OracleBoundKey     = []byte{0x00, 'c'}
 	// MetaEnd bounds the meta records.
 	MetaEnd         = []byte{0x00, 'a' + 1}
 	HeartbeatPrefix = []byte{0x00, 'h'}
