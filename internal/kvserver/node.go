@@ -577,7 +577,7 @@ func (n *Node) Stop() {
 	close(n.stopc)
 	n.stopCancel()
 	n.stopProtocol() // protocol.go
-	n.stopOps() // http.go: before the store closes
+	n.stopOps()      // http.go: before the store closes
 	if n.etcd != nil {
 		n.etcd.Close() // etcd.go: its client talks to this node
 	}
