@@ -37,6 +37,9 @@ import (
 type txnHeartbeater struct {
 	next txnLayer
 	cfg  heartbeatConfig
+	// onReads: start before the first read too (2pc-locking, whose reads
+	// take locks that others wait for). Set before the first send.
+	onReads bool
 
 	mu struct {
 		sync.Mutex
@@ -74,6 +77,12 @@ func newHeartbeater(next txnLayer, cfg heartbeatConfig) *txnHeartbeater {
 
 func (h *txnHeartbeater) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 	switch r.op {
+	case opGet, opScan:
+		if h.onReads {
+			if err := h.ensure(ctx); err != nil {
+				return nil, err
+			}
+		}
 	case opWrite:
 		if err := h.ensure(ctx); err != nil {
 			return nil, err

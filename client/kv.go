@@ -42,7 +42,12 @@ func (db *DB) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
 // get reads logical key k at ts for txnStart, resolving the intents it
 // meets on behalf of w.
 func (db *DB) get(ctx context.Context, k []byte, ts, txnStart uint64, w waiter) (*rpcpb.GetResponse, error) {
-	req := &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_Get{Get: &rpcpb.GetRequest{Key: k, Ts: ts, TxnStart: txnStart}}}
+	return db.getWith(ctx, &rpcpb.GetRequest{Key: k, Ts: ts, TxnStart: txnStart}, w)
+}
+
+// getWith sends g, resolving the intents it meets on behalf of w.
+func (db *DB) getWith(ctx context.Context, g *rpcpb.GetRequest, w waiter) (*rpcpb.GetResponse, error) {
+	req := &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_Get{Get: g}}
 	for round := 0; ; round++ {
 		resp, err := db.sender.sendOne(ctx, false, req)
 		if pb, ok := asKVError(err, rpcpb.ErrorCode_INTENT_FOUND); ok && round < db.opts.IntentRoundsMax {

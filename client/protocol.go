@@ -94,7 +94,7 @@ type commitProtocol interface {
 // not built yet.
 var clientProtocols = map[Protocol]commitProtocol{
 	ProtocolDefault:             defaultProtocol{},
-	Protocol2PCLocking:          nil, // being built (txn_twopc.go)
+	Protocol2PCLocking:          twoPCProtocol{},
 	ProtocolHierarchyLocking:    nil, // issue 9: the hierarchy committer
 	ProtocolHierarchyTimestamps: nil, // issue 9: the hierarchy committer
 }

@@ -111,6 +111,8 @@ func batchTxn(req *rpcpb.BatchRequest) uint64 {
 			return ru.GetPutIntent().GetTxn().GetStartTs()
 		case ru.GetCommitOnePc() != nil:
 			return ru.GetCommitOnePc().GetTxnStart()
+		case ru.GetPrepare() != nil:
+			return ru.GetPrepare().GetTxn().GetStartTs()
 		case ru.GetGet() != nil && ru.GetGet().TxnStart != 0:
 			return ru.GetGet().TxnStart
 		case ru.GetScan() != nil && ru.GetScan().TxnStart != 0:
@@ -134,7 +136,11 @@ func (n *Node) waitForIntent(ctx context.Context, rr *rangeReplica, waiter uint6
 	if holder == concurrency.TxnID(waiter) {
 		return false, nil
 	}
-	t.AddDiscovered(holder, in.Key, concurrency.Exclusive)
+	held := concurrency.Exclusive
+	if in.GetShared() {
+		held = concurrency.Shared // a 2pc-locking reader's lock, not an intent
+	}
+	t.AddDiscovered(holder, in.Key, held)
 	w, err := t.Enqueue(concurrency.TxnID(waiter), in.Key, s)
 	if err != nil {
 		return false, nil // a limit: the client handles the conflict

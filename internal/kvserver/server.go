@@ -61,7 +61,13 @@ func (n *Node) batch(ctx context.Context, req *rpcpb.BatchRequest) *rpcpb.BatchR
 		if e := n.disk.refuseWrite(req, req.RangeId, n.NodeID()); e != nil { // diskspace.go
 			return fail(e)
 		}
+		if isPrepare(req) { // twopc_path.go
+			return n.withIntentWaits(ctx, rr, req, concurrency.Exclusive, n.prepareOnce)
+		}
 		return n.withIntentWaits(ctx, rr, req, concurrency.Exclusive, n.writeOnce)
+	}
+	if isLockingRead(req) { // twopc_path.go
+		return n.withIntentWaits(ctx, rr, req, concurrency.Shared, n.lockingReadOnce)
 	}
 	return n.withIntentWaits(ctx, rr, req, concurrency.Shared, n.readOnce)
 }
@@ -83,6 +89,9 @@ func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
 				return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "async_consensus is for batches of PutIntent only, not %s", ru.Method())
 			}
 		}
+	}
+	if e := validateTwoPC(req); e != nil { // twopc_path.go
+		return e
 	}
 	w := req.Requests[0].IsWrite()
 	keyMax := keys.KeyBytesMax + 64 // user keys plus the prefixes of system keys
@@ -184,6 +193,12 @@ func (n *Node) readOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchR
 // to apply), even if the client stops waiting: a later request on the same
 // keys then evaluates on a state that includes it.
 func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+	return n.writeOnceChecked(ctx, rr, req, nil)
+}
+
+// writeOnceChecked is writeOnce, with check (if not nil) asked under the
+// latches, before evaluation: an error it returns is the response.
+func (n *Node) writeOnceChecked(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest, check func(*concurrency.LockTable) *rpcpb.Error) *rpcpb.BatchResponse {
 	fail := func(e *rpcpb.Error) *rpcpb.BatchResponse { return &rpcpb.BatchResponse{Error: e} }
 	if err := rr.r.WaitLeaseholder(ctx); err != nil {
 		return fail(n.proposeErr(rr, err))
@@ -212,6 +227,11 @@ func (n *Node) writeOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.Batch
 			tok.Done()
 		}
 	}()
+	if check != nil {
+		if e := check(locks); e != nil {
+			return fail(e)
+		}
+	}
 	var writeTs uint64
 	for _, ru := range req.Requests {
 		if m := ru.Method(); m == rpcpb.MethodPut || m == rpcpb.MethodCommitOnePC {

@@ -18,6 +18,10 @@ func (twoPCServerProtocol) admit(sent commitprotocol.Name, ru *rpcpb.RequestUnio
 			return true
 		case *rpcpb.RequestUnion_Get:
 			return v.Get.GetLock() && v.Get.GetTs() == 0
+		case *rpcpb.RequestUnion_Scan, *rpcpb.RequestUnion_Refresh:
+			// Scans read the snapshot and are refreshed to commit_ts
+			// (keys are locked, not spans).
+			return true
 		}
 		return false
 	case commitprotocol.Default:

@@ -92,11 +92,18 @@ func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.
 // commit in one phase.
 func runListAppendMode(t *testing.T, seed uint64, commitWith bool, opts ...client.TxnOption) []check.TxnRecord {
 	t.Helper()
+	return runListAppendOn(t, seed, "", commitWith, opts...)
+}
+
+// runListAppendOn is runListAppendMode on a cluster running the commit
+// protocol protocol ("" = default).
+func runListAppendOn(t *testing.T, seed uint64, protocol string, commitWith bool, opts ...client.TxnOption) []check.TxnRecord {
+	t.Helper()
 	workers, txnsPerWorker := 5, 40
 	if testing.Short() {
 		workers, txnsPerWorker = 4, 25
 	}
-	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4})
+	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4, CommitProtocol: protocol})
 	admin := openDB(t, c)
 	ks := listAppendKeys()
 	rawKeys := make([][]byte, len(ks))

@@ -1,0 +1,148 @@
+package testcluster_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/testcluster"
+	"github.com/canopy-db/canopy/internal/testcluster/check"
+)
+
+// The 2pc-locking commit protocol (issue 9, items 2 and 7): the same
+// workloads and checkers as the default protocol's fault tests, on a
+// cluster initialized with --commit-protocol 2pc-locking.
+
+const twoPC = "2pc-locking"
+
+// TestTwoPCBasics: a cluster running 2pc-locking says so, runs read-write
+// and read-only transactions with read-your-writes (points and scans),
+// admits a default read-only transaction's snapshot reads, and refuses a
+// default transaction's writes with *client.ProtocolError.
+func TestTwoPCBasics(t *testing.T) {
+	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4, CommitProtocol: twoPC})
+	db := openDB(t, c)
+	if got := db.Protocol(); got != client.Protocol2PCLocking {
+		t.Fatalf("Protocol() = %q, want 2pc-locking", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opDeadline)
+	defer cancel()
+	err := db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+		if txn.Protocol() != client.Protocol2PCLocking {
+			t.Errorf("txn.Protocol() = %q", txn.Protocol())
+		}
+		// One key in each of the 4 user ranges (split at 0x40, 0x80, 0xc0).
+		for _, k := range []string{"a", "\x10m", "\x90t", "\xd0z"} {
+			if _, _, err := txn.Get(ctx, []byte(k)); err != nil {
+				return err
+			}
+			if err := txn.Put(ctx, []byte(k), []byte("v-"+k)); err != nil {
+				return err
+			}
+		}
+		v, ok, err := txn.Get(ctx, []byte("\x10m"))
+		if err != nil || !ok || string(v) != "v-\x10m" {
+			t.Errorf("own write of m: %q %v %v", v, ok, err)
+		}
+		if err := txn.Delete(ctx, []byte("\x90t")); err != nil {
+			return err
+		}
+		kvs, err := txn.Scan(ctx, nil, []byte("\xff"), 0)
+		if err != nil {
+			return err
+		}
+		var got []string
+		for _, kv := range kvs {
+			got = append(got, string(kv.Key)+"="+string(kv.Value))
+		}
+		if strings.Join(got, " ") != "\x10m=v-\x10m a=v-a \xd0z=v-\xd0z" {
+			t.Errorf("scan in the transaction: %v", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("2pc transaction: %v", err)
+	}
+	st := db.Stats()
+	if st.ProtocolTxns != 1 || st.ProtocolMessages != 16 || st.ProtocolSteps != 4 {
+		t.Errorf("protocol counts: %d transactions, %d messages, %d steps; want 1, 16 (4 ranges), 4", st.ProtocolTxns, st.ProtocolMessages, st.ProtocolSteps)
+	}
+	// A read-only 2PC transaction and a default one see the commit.
+	for _, p := range []client.Protocol{client.Protocol2PCLocking, client.ProtocolDefault} {
+		err := db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+			v, ok, err := txn.Get(ctx, []byte("a"))
+			if err != nil {
+				return err
+			}
+			if !ok || string(v) != "v-a" {
+				t.Errorf("%s read of a: %q %v", p, v, ok)
+			}
+			if _, ok, _ := txn.Get(ctx, []byte("\x90t")); ok {
+				t.Errorf("%s read of t: deleted key found", p)
+			}
+			return nil
+		}, client.WithProtocol(p))
+		if err != nil {
+			t.Fatalf("%s read-only transaction: %v", p, err)
+		}
+	}
+	// A default transaction's write is refused.
+	err = db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+		return txn.Put(ctx, []byte("a"), []byte("x"))
+	}, client.WithProtocol(client.ProtocolDefault))
+	var pe *client.ProtocolError
+	if !errors.As(err, &pe) || !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("default write in a 2pc-locking cluster: %v, want *ProtocolError", err)
+	}
+	// Locks are released after the decisions: a conflicting writer
+	// commits at once.
+	if err := db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+		return txn.Put(ctx, []byte("a"), []byte("again"))
+	}); err != nil {
+		t.Fatalf("writer after the readers: %v", err)
+	}
+}
+
+// TestTwoPCListAppend: serializable list-append histories under
+// 2pc-locking, with the busy range's leaseholder stopped and restarted, a
+// status-table leader partitioned and a split, have no anomaly (I3).
+func TestTwoPCListAppend(t *testing.T) {
+	seed := testSeed(t)
+	txns := runListAppendOn(t, seed, twoPC, false)
+	if ok, anomalies := check.CheckListAppend(txns); !ok {
+		t.Fatalf("2pc-locking list-append history has anomalies:\n%s", strings.Join(anomalies, "\n"))
+	}
+}
+
+// TestTwoPCBank: the bank's invariants under 2pc-locking with the
+// accounts' leaseholder killed and restarted.
+func TestTwoPCBank(t *testing.T) {
+	seed := testSeed(t)
+	accounts, transfers, workers := bankSizes()
+	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4, CommitProtocol: twoPC})
+	admin := openDB(t, c)
+	b := newBankWorkload(accounts)
+	b.setup(t, admin)
+	dbs := make([]*client.DB, workers)
+	for i := range dbs {
+		dbs[i] = openWorkloadDB(t, c)
+	}
+	n := startNemesis(t, transfers, killFault(c, leaseholderPicker(t, admin, c, b.keys)))
+	b.run(t, dbs, seed, transfers, n)
+	n.finish()
+	var st client.Stats
+	for _, db := range dbs {
+		s := db.Stats()
+		st.ProtocolTxns += s.ProtocolTxns
+		st.Retries += s.Retries
+	}
+	t.Logf("2pc-locking: %d transactions prepared, %d retries", st.ProtocolTxns, st.Retries)
+	b.verify(t, admin)
+	for _, db := range dbs {
+		_ = db.Close()
+	}
+	_ = admin.Close()
+	checkReplicas(t, c)
+}
