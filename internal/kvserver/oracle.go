@@ -164,7 +164,29 @@ func (n *Node) fetchTimestamps(count int) (uint64, error) {
 		}
 		return 0
 	}
+	// A node without a replica of range 1 (clusters of more nodes than
+	// the replication factor) learns the host by asking the others in
+	// turn, following their hints.
+	var others []uint64
+	if n.replica(OracleRangeID) == nil {
+		for _, nd := range n.nodeList() {
+			if nd.NodeId != n.NodeID() {
+				others = append(others, nd.NodeId)
+			}
+		}
+	}
+	nextOther := func() uint64 {
+		if len(others) == 0 {
+			return 0
+		}
+		o := others[0]
+		others = others[1:]
+		return o
+	}
 	target := leader()
+	if target == 0 {
+		target = nextOther()
+	}
 	var last *rpcpb.Error
 	for hints := 0; hints < OracleHintsMax; {
 		if target == 0 || target == n.NodeID() {
@@ -196,7 +218,11 @@ func (n *Node) fetchTimestamps(count int) (uint64, error) {
 				return 0, last
 			case <-time.After(n.cfg.TickInterval):
 			}
-			target = leader()
+			if target = leader(); target == 0 {
+				if target = nextOther(); target == 0 {
+					return 0, last
+				}
+			}
 			continue
 		}
 		if resp.Error == nil {
@@ -206,6 +232,12 @@ func (n *Node) fetchTimestamps(count int) (uint64, error) {
 			return resp.First, nil
 		}
 		last = resp.Error
+		if resp.Error.Code == rpcpb.ErrorCode_NOT_LEASEHOLDER && resp.Error.LeaseholderHint == 0 {
+			if o := nextOther(); o != 0 {
+				target = o
+				continue
+			}
+		}
 		if resp.Error.Code != rpcpb.ErrorCode_NOT_LEASEHOLDER || resp.Error.LeaseholderHint == 0 {
 			return 0, resp.Error
 		}

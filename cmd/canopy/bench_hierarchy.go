@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/bench"
+	"github.com/canopy-db/canopy/internal/bench/hierbench"
+	"github.com/canopy-db/canopy/internal/kvserver"
+	"github.com/canopy-db/canopy/internal/testcluster"
+)
+
+// Bounds of bench hierarchy.
+const (
+	// HierarchyOneWayDelayMax bounds --one-way-delay.
+	HierarchyOneWayDelayMax = 50 * time.Millisecond
+	// HierarchyClientPointsMax bounds the values of --clients.
+	HierarchyClientPointsMax = 32
+	// HierarchyDBConnsMax bounds --db-conns.
+	HierarchyDBConnsMax = 64
+)
+
+type benchHierarchyOptions struct {
+	systems    []string
+	clients    []int
+	objects    int
+	oneWay     time.Duration
+	limits     hierbench.Limits
+	rf         int
+	dbConns    int
+	loadPar    int
+	runMax     time.Duration
+	readyMax   time.Duration
+	seed       uint64
+	dir        string
+	out        string
+	raftTick   time.Duration
+	validateOn bool
+}
+
+func init() {
+	var o benchHierarchyOptions
+	cmd := &cobra.Command{
+		Use:   "hierarchy",
+		Short: "The hierarchical-validation thesis's experiments: throughput and latency vs clients for each commit protocol",
+		Long: `Reproduces the experiments of the hierarchical deferred validation thesis
+(seed 004, chapter 4) on Canopy's commit protocols. Each system of --systems
+gets its own cluster (its commit protocol is fixed at init) of 8 nodes in
+this process, the user keyspace split into 8 ranges, one led by each node
+(--replication-factor 1 by default, as the thesis disabled replication),
+loaded with --objects objects of 1,000 bytes. Then, for each --clients
+count, closed-loop clients run transactions of 8 updates (a read then a
+write of one uniformly chosen object) each on a different node, for
+--warmup then --duration.
+
+Every client RPC is delayed by --one-way-delay before it is sent and again
+before its reply returns (the thesis's clients ran on their own machines);
+Raft messages between nodes are delayed by the same amount
+(kvserver.LinkFault), which matters only with --replication-factor above 1.
+
+Systems: ` + hierbench.Names() + `.
+The hierarchy's systems are listed but not built yet (issue 9).
+
+Prints a table per run with what the system counted per transaction (client
+RPCs; the commit protocol's messages and steps beside the thesis's
+formulas), writes <out>.csv and <out>.png and states the machine. Every
+point is bounded by --warmup + --duration, the whole run by --run-max.`,
+		Example: `  canopy bench hierarchy
+  canopy bench hierarchy --systems 2pc-locking,default --clients 1,10,50 --objects 8000 --duration 5s --out ""`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runBenchHierarchy(ctx, o, "canopy bench hierarchy "+strings.Join(os.Args[3:], " "))
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.systems, "systems", []string{"2pc-locking", "default"}, "systems to run, in order")
+	f.IntSliceVar(&o.clients, "clients", []int{1, 10, 25, 50, 100}, "closed-loop clients of each point")
+	f.IntVar(&o.objects, "objects", 80_000, fmt.Sprintf("objects of 1,000 bytes, spread over the 8 nodes (the thesis: 800,000; at most %d)", hierbench.ObjectsMax))
+	f.DurationVar(&o.oneWay, "one-way-delay", 250*time.Microsecond, "injected per-link one-way delay (a LAN: 0.25 ms, i.e. 0.5 ms round trip)")
+	f.DurationVar(&o.limits.Duration, "duration", 10*time.Second, "measured time of one point")
+	f.DurationVar(&o.limits.Warmup, "warmup", 2*time.Second, "unmeasured time before each point")
+	f.IntVar(&o.rf, "replication-factor", 1, "replicas per range (the thesis: 1, no replication)")
+	f.IntVar(&o.dbConns, "db-conns", 8, "client connections (client.DB) the clients share")
+	f.IntVar(&o.loadPar, "load-parallel", 64, "parallel writers of the load")
+	f.DurationVar(&o.runMax, "run-max", 30*time.Minute, "bound on the whole run")
+	f.DurationVar(&o.readyMax, "ready-max", 2*time.Minute, "bound on each cluster's start-up")
+	f.DurationVar(&o.raftTick, "raft-tick", 100*time.Millisecond, "Raft tick of the nodes (canopy start's default)")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the clients' key choices")
+	f.StringVar(&o.dir, "dir", "", "directory of the stores (default: a new temporary directory per system, removed at the end)")
+	f.StringVar(&o.out, "out", "docs/bench/hierarchy", "prefix of the CSV and PNG files (empty: write none)")
+	benchCmd.AddCommand(cmd)
+}
+
+func (o *benchHierarchyOptions) validate() ([]hierbench.System, error) {
+	var systems []hierbench.System
+	for _, name := range o.systems {
+		s, ok := hierbench.SystemByName(name)
+		if !ok {
+			return nil, fmt.Errorf("--systems: unknown system %q (%s)", name, hierbench.Names())
+		}
+		if !s.Built {
+			return nil, fmt.Errorf("--systems: %s is not built yet", name)
+		}
+		systems = append(systems, s)
+	}
+	if len(systems) == 0 || len(o.clients) == 0 {
+		return nil, fmt.Errorf("--systems and --clients need at least one value")
+	}
+	if len(o.clients) > HierarchyClientPointsMax {
+		return nil, fmt.Errorf("--clients takes at most %d values", HierarchyClientPointsMax)
+	}
+	for _, c := range o.clients {
+		if c < 1 || c > hierbench.ClientsMax {
+			return nil, fmt.Errorf("--clients %d not in [1, %d]", c, hierbench.ClientsMax)
+		}
+	}
+	if err := (hierbench.Keyspace{Objects: o.objects}).Validate(); err != nil {
+		return nil, fmt.Errorf("--objects: %w", err)
+	}
+	if o.oneWay < 0 || o.oneWay > HierarchyOneWayDelayMax {
+		return nil, fmt.Errorf("--one-way-delay %v not in [0, %v]", o.oneWay, HierarchyOneWayDelayMax)
+	}
+	if err := o.limits.Validate(); err != nil {
+		return nil, err
+	}
+	if o.rf < 1 || o.rf > hierbench.Nodes {
+		return nil, fmt.Errorf("--replication-factor %d not in [1, %d]", o.rf, hierbench.Nodes)
+	}
+	if o.dbConns < 1 || o.dbConns > HierarchyDBConnsMax {
+		return nil, fmt.Errorf("--db-conns %d not in [1, %d]", o.dbConns, HierarchyDBConnsMax)
+	}
+	if o.loadPar < 1 || o.loadPar > 1024 {
+		return nil, fmt.Errorf("--load-parallel %d not in [1, 1024]", o.loadPar)
+	}
+	if o.runMax <= 0 || o.readyMax <= 0 {
+		return nil, fmt.Errorf("--run-max and --ready-max must be positive")
+	}
+	if o.raftTick < 10*time.Millisecond || o.raftTick > time.Second {
+		return nil, fmt.Errorf("--raft-tick %v not in [10ms, 1s]", o.raftTick)
+	}
+	return systems, nil
+}
+
+func runBenchHierarchy(ctx context.Context, o benchHierarchyOptions, command string) error {
+	systems, err := o.validate()
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.runMax)
+	defer cancel()
+	m := bench.ThisMachine()
+	fmt.Printf("canopy bench hierarchy\n  command:  %s\n  machine:  %s\n", command, m)
+	fmt.Printf("  workload: %d nodes in this process (replication factor %d, one user range led by each), %d objects of %d bytes, uniform keys; "+
+		"transactions of %d updates (read then write), each on a different node; closed-loop clients %v; one-way delay %v per link; "+
+		"each point %v after %v of warm-up\n\n",
+		hierbench.Nodes, o.rf, o.objects, hierbench.ValueBytes, hierbench.UpdatesPerTxn, o.clients, o.oneWay, o.limits.Duration, o.limits.Warmup)
+	var points []hierbench.Point
+	for _, s := range systems {
+		ps, err := runHierarchySystem(ctx, o, s)
+		points = append(points, ps...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.Name, err)
+		}
+	}
+	fmt.Println("Throughput and latency vs clients (thesis figures 4.1/4.4 with validation off, 4.8/4.9 on; here validation is always on)")
+	fmt.Println()
+	hierbench.WritePointTable(os.Stdout, points)
+	fmt.Printf("%s\n\n", hierbench.PointTableLegend)
+	if end := bench.ThisMachine().LoadAverage; end != "" {
+		fmt.Printf("load average at end: %s (at start: %s; %d CPUs)\n", end, m.LoadAverage, m.CPUs)
+	}
+	if o.out == "" {
+		return nil
+	}
+	if err := hierbench.WriteCSV(o.out+".csv", m.String(), points); err != nil {
+		return err
+	}
+	title := fmt.Sprintf("canopy bench hierarchy: 8 nodes, 8 updates per transaction, %.2f ms one-way delay per link", float64(o.oneWay)/float64(time.Millisecond))
+	if err := hierbench.WritePlot(o.out+".png", title, m.String(), points); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s.csv and %s.png\n", o.out, o.out)
+	return nil
+}
+
+// runHierarchySystem starts a cluster for s, loads it and runs every point.
+func runHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbench.System) ([]hierbench.Point, error) {
+	fmt.Fprintf(os.Stderr, "%s: starting %d nodes...\n", s.Name, hierbench.Nodes)
+	dir := ""
+	if o.dir != "" {
+		dir = o.dir + "/" + strings.ReplaceAll(s.Name, "/", "-")
+	}
+	c, err := testcluster.Start(testcluster.Options{
+		Nodes: hierbench.Nodes, InitialRanges: hierbench.Nodes, ReplicationFactor: o.rf, Dir: dir,
+		CommitProtocol: string(s.Protocol), ReadyTimeout: o.readyMax, TickInterval: o.raftTick,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	for i := 0; i < hierbench.Nodes; i++ {
+		for j := 0; j < hierbench.Nodes; j++ {
+			if i != j {
+				c.Node(i).SetLinkFault(c.Node(j).NodeID(), kvserver.LinkFault{Delay: o.oneWay})
+			}
+		}
+	}
+	d := &hierbench.Delayer{}
+	dbs := make([]*client.DB, o.dbConns)
+	for i := range dbs {
+		db, err := client.Open(ctx, c.Addrs(), client.WithOptions(client.Options{TxnAttemptsMax: 100}),
+			client.WithDialOptions(grpc.WithChainUnaryInterceptor(d.Interceptor())))
+		if err != nil {
+			return nil, err
+		}
+		defer db.Close()
+		dbs[i] = db
+	}
+	k := hierbench.Keyspace{Objects: o.objects}
+	start := time.Now()
+	fmt.Fprintf(os.Stderr, "%s: loading %d objects...\n", s.Name, o.objects)
+	if err := hierbench.Load(ctx, dbs[0], k, o.loadPar, func(n int) {
+		fmt.Fprintf(os.Stderr, "\r  %d objects", n)
+	}); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "\r%s: loaded in %v\n", s.Name, time.Since(start).Round(time.Second))
+	d.SetOneWay(o.oneWay)
+	r := &hierbench.Runner{DBs: dbs, Delayer: d, Keys: k, Seed: o.seed}
+	var points []hierbench.Point
+	for _, n := range o.clients {
+		p, err := r.Run(ctx, s.Name, n, o.limits)
+		if err != nil {
+			return points, err
+		}
+		fmt.Fprintf(os.Stderr, "%s, %d clients: %.1f txn/s, mean %.1f ms\n", s.Name, n, p.Throughput(), hierbench.Ms(p.Mean))
+		points = append(points, p)
+	}
+	return points, nil
+}
