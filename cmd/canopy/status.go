@@ -9,8 +9,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/canopy-db/canopy/client"
-	"github.com/canopy-db/canopy/internal/commitprotocol"
 	"github.com/canopy-db/canopy/internal/clusterstatus"
+	"github.com/canopy-db/canopy/internal/commitprotocol"
 	"github.com/spf13/cobra"
 )
 
