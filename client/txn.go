@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/canopy-db/canopy/internal/keys"
@@ -73,6 +74,10 @@ type Txn struct {
 	}
 	// onePC: one-phase commit is allowed (switches, read at Begin).
 	onePC bool
+	// resolvedByProtocol: the protocol resolved every key of the write
+	// and lock sets itself after the decision (2pc-locking's second
+	// phase), so finish queues no resolution of them.
+	resolvedByProtocol atomic.Bool
 }
 
 type txnState int
@@ -416,6 +421,9 @@ func (t *Txn) finish(ctx context.Context, d decision) {
 	ks := t.cleanupKeysLocked()
 	wroteAny := len(t.mu.writeKeys) > 0
 	t.mu.Unlock()
+	if t.resolvedByProtocol.Load() {
+		ks = nil
+	}
 	if d.aborted() {
 		t.db.stats.aborts.add(1)
 	} else {

@@ -201,6 +201,10 @@ func runHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbenc
 	if o.dir != "" {
 		dir = o.dir + "/" + strings.ReplaceAll(s.Name, "/", "-")
 	}
+	// The hook for the hierarchy's systems: s.Batch (1, 10, 50) is their
+	// batch size, to be passed to the cluster here with the protocol once
+	// the hierarchy's settings exist (then mark them built in
+	// hierbench.Systems). 2pc-locking and default have no batch.
 	c, err := testcluster.Start(testcluster.Options{
 		Nodes: hierbench.Nodes, InitialRanges: hierbench.Nodes, ReplicationFactor: o.rf, Dir: dir,
 		CommitProtocol: string(s.Protocol), ReadyTimeout: o.readyMax, TickInterval: o.raftTick,
