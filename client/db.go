@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -30,6 +31,10 @@ type DB struct {
 	stats        stats
 	// switches is the cluster's transaction switches (settings.go).
 	switches clusterSwitches
+	// hierCommitted is the highest commit timestamp of this client's
+	// hierarchy transactions (txn_hierarchy.go): a later transaction of
+	// this client begins above it, so that it reads its own writes.
+	hierCommitted atomic.Uint64
 
 	// ctx is the background context of the DB's goroutines (oracle RPCs,
 	// heartbeats, intent resolution); Close cancels it.

@@ -158,6 +158,21 @@ func (d *nodeDirectory) feedClient(addr string) (rpcpb.FeedClient, error) {
 	return rpcpb.NewFeedClient(c), nil
 }
 
+// hierarchyClient returns a Hierarchy client for addr (txn_hierarchy.go),
+// on the same connection as client's.
+func (d *nodeDirectory) hierarchyClient(addr string) (rpcpb.HierarchyClient, error) {
+	if _, err := d.client(addr); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c, ok := d.mu.conns[addr]
+	if !ok {
+		return nil, errClosed
+	}
+	return rpcpb.NewHierarchyClient(c), nil
+}
+
 // outgoing adds the cluster's ID to the context of a streaming RPC (the
 // unary interceptor does it for the others).
 func (d *nodeDirectory) outgoing(ctx context.Context) context.Context {

@@ -95,8 +95,8 @@ type commitProtocol interface {
 var clientProtocols = map[Protocol]commitProtocol{
 	ProtocolDefault:             defaultProtocol{},
 	Protocol2PCLocking:          twoPCProtocol{},
-	ProtocolHierarchyLocking:    nil, // issue 9: the hierarchy committer
-	ProtocolHierarchyTimestamps: nil, // issue 9: the hierarchy committer
+	ProtocolHierarchyLocking:    hierarchyProtocol{}, // txn_hierarchy.go
+	ProtocolHierarchyTimestamps: hierarchyProtocol{},
 }
 
 // protocolFor returns the implementation of p, or a *ProtocolError.

@@ -71,7 +71,13 @@ type Txn struct {
 		onePCSent bool
 		// commitTs: the commit timestamp once committed (CommitTs).
 		commitTs uint64
+		// hierSent: a hierarchy commit sent its parts (txn_hierarchy.go),
+		// so an abort must be recorded in the status table.
+		hierSent bool
 	}
+	// hier is set when the cluster runs a hierarchy protocol
+	// (txn_hierarchy.go): reads, writes and the commit go there.
+	hier *hierTxn
 	// onePC: one-phase commit is allowed (switches, read at Begin).
 	onePC bool
 	// resolvedByProtocol: the protocol resolved every key of the write
@@ -121,9 +127,21 @@ func (db *DB) begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A hierarchy commit timestamp is a leaf's, which may be a little
+	// above the oracle's latest: the next transaction of the same client
+	// waits for the oracle to pass it (at most about a millisecond of the
+	// oracle's clock), so that it reads what this client committed.
+	for i := 0; i < hierBeginRoundsMax && ts <= db.hierCommitted.Load(); i++ {
+		if ts, err = db.oracle.timestamp(ctx); err != nil {
+			return nil, err
+		}
+	}
 	t := &Txn{db: db, opts: o, protocol: p, startTs: ts, heartbeatKey: keys.HeartbeatKey(ts)}
 	t.mu.writes = map[string]struct{}{}
 	t.buildStack(impl)
+	if isHierarchy(p) {
+		t.hier = newHierTxn()
+	}
 	return t, nil
 }
 
@@ -274,6 +292,9 @@ func (t *Txn) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
 	if err := t.usable(); err != nil {
 		return nil, false, err
 	}
+	if t.hier != nil {
+		return t.hierGet(ctx, keys.UserKey(key))
+	}
 	r, err := t.send(ctx, &txnReq{op: opGet, key: keys.UserKey(key)})
 	if err != nil {
 		return nil, false, t.fail(err)
@@ -293,6 +314,9 @@ func (t *Txn) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyValu
 	defer t.opMu.RUnlock()
 	if err := t.usable(); err != nil {
 		return nil, err
+	}
+	if t.hier != nil {
+		return t.hierScan(ctx, ls, le, limit)
 	}
 	r, err := t.send(ctx, &txnReq{op: opScan, key: ls, end: le, limit: limit})
 	if err != nil {
@@ -327,6 +351,9 @@ func (t *Txn) writeLogical(ctx context.Context, k, value []byte, del bool) error
 	defer t.opMu.RUnlock()
 	if err := t.usable(); err != nil {
 		return err
+	}
+	if t.hier != nil {
+		return t.hierWrite(k, value, del)
 	}
 	if err := t.addWrite(k); err != nil {
 		return err
@@ -373,7 +400,22 @@ func (t *Txn) Rollback(ctx context.Context) error {
 func (t *Txn) abort(ctx context.Context) (decision, error) {
 	t.mu.Lock()
 	wrote := len(t.mu.writeKeys) > 0 || t.mu.onePCSent
+	hierSent := t.mu.hierSent
 	t.mu.Unlock()
+	if t.hier != nil {
+		if !hierSent {
+			t.finish(ctx, decision{})
+			return decision{}, nil
+		}
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.db.opts.AbortTimeout)
+		defer cancel()
+		d, err := t.db.abortTxn(actx, t.startTs)
+		if err != nil {
+			return decision{}, publicError(err)
+		}
+		t.finish(actx, d)
+		return d, nil
+	}
 	if !wrote && !t.hb.written() {
 		// Nothing to record: finish releases any locks of reads.
 		t.finish(ctx, decision{})

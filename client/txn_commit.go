@@ -22,6 +22,9 @@ import (
 // A transaction that wrote nothing commits without any request: its reads
 // were a consistent snapshot at start_ts.
 func (t *Txn) Commit(ctx context.Context) error {
+	if t.hier != nil {
+		return t.hierCommit(ctx) // txn_hierarchy.go
+	}
 	t.opMu.Lock()
 	t.mu.Lock()
 	if t.mu.state != txnPending {

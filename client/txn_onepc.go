@@ -61,7 +61,7 @@ func (t *Txn) CommitWith(ctx context.Context, ws ...Write) error {
 		idx[string(lw.Key)] = len(logical)
 		logical = append(logical, lw)
 	}
-	if len(logical) > 0 && t.onePC {
+	if len(logical) > 0 && t.onePC && t.hier == nil {
 		if done, err := t.tryOnePC(ctx, logical); done {
 			return err
 		}

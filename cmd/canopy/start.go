@@ -161,6 +161,7 @@ func init() {
 	var encoding, protocol string
 	var ranges, rf int
 	var pq, np uint64
+	var hier hierarchyFlags
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Bootstrap a new cluster from the nodes named in --join of the node at --host",
@@ -177,8 +178,13 @@ cluster already initialized it fails with exit status 2.`,
 			if err := checkInitFlags(host, ranges, rf, encoding); err != nil {
 				return usageErrorf("%v", err)
 			}
-			if _, err := commitprotocol.Check(protocol); err != nil {
+			cp, err := commitprotocol.Check(protocol)
+			if err != nil {
 				return usageErrorf("--commit-protocol: %v", err)
+			}
+			hs, err := hier.settings(cmd, cp) // status_hierarchy.go
+			if err != nil {
+				return usageErrorf("%v", err)
 			}
 			creds, err := conn.clientCredentials() // conn.go
 			if err != nil {
@@ -197,7 +203,7 @@ cluster already initialized it fails with exit status 2.`,
 			resp, err := rpcpb.NewKVClient(cc).Bootstrap(ctx, &rpcpb.BootstrapRequest{
 				InitialRanges: uint32(ranges),
 				Settings: &rpcpb.ClusterSettings{StatusEncoding: encoding, ReplicationFactor: uint32(rf),
-					TicketsPartitioningQuantum: pq, TicketsRowsPerQuantum: np, CommitProtocol: protocol},
+					TicketsPartitioningQuantum: pq, TicketsRowsPerQuantum: np, CommitProtocol: protocol, Hierarchy: hs},
 			})
 			if err != nil {
 				if rpcpb.IsAuthRefusal(err) {
@@ -211,6 +217,9 @@ cluster already initialized it fails with exit status 2.`,
 			s := resp.Settings
 			fmt.Printf("cluster %s initialized: replication factor %d, status encoding %s (PQ %d, NP %d), commit protocol %s, %d user ranges\n",
 				s.ClusterId, s.ReplicationFactor, s.StatusEncoding, s.TicketsPartitioningQuantum, s.TicketsRowsPerQuantum, commitprotocol.Of(s.CommitProtocol), max(ranges, 1))
+			if h := s.GetHierarchy(); h != nil {
+				fmt.Printf("validator tree %s; %s\n", h.Tree, hierarchyBatching(h))
+			}
 			return nil
 		},
 	}
@@ -218,7 +227,8 @@ cluster already initialized it fails with exit status 2.`,
 	cmd.Flags().IntVar(&ranges, "initial-ranges", 1, fmt.Sprintf("pre-split the user keyspace into this many ranges (at most %d)", kvserver.InitialRangesMax))
 	cmd.Flags().IntVar(&rf, "replication-factor", 3, "replicas per range (capped at the number of nodes)")
 	cmd.Flags().StringVar(&encoding, "status-encoding", "tickets", "transaction status table encoding: tickets or v1")
-	cmd.Flags().StringVar(&protocol, "commit-protocol", string(commitprotocol.Default), "the cluster's commit protocol, fixed for its life: "+strings.Join(commitprotocol.Names(), ", ")+" (hierarchy-* not built yet)")
+	cmd.Flags().StringVar(&protocol, "commit-protocol", string(commitprotocol.Default), "the cluster's commit protocol, fixed for its life: "+strings.Join(commitprotocol.Names(), ", ")+"")
+	hier.register(cmd)
 	cmd.Flags().Uint64Var(&pq, "tickets-partitioning-quantum", kvserver.DefaultPartitioningQuantum, "tickets encoding: timestamps per partition (PQ)")
 	cmd.Flags().Uint64Var(&np, "tickets-rows-per-quantum", kvserver.DefaultRowsPerQuantum, "tickets encoding: rows per partition (NP); must divide PQ")
 	rootCmd.AddCommand(cmd)

@@ -77,7 +77,11 @@ func (r *statusReport) json() any { return r.JSON(errorLine) }
 
 func (r *statusReport) print(w io.Writer, format string) error {
 	s := r.Settings
-	fmt.Fprintf(w, "cluster %s: replication factor %d, status encoding %s, commit protocol %s\n\n", s.ClusterId, s.ReplicationFactor, s.StatusEncoding, commitprotocol.Of(s.CommitProtocol))
+	fmt.Fprintf(w, "cluster %s: replication factor %d, status encoding %s, commit protocol %s\n", s.ClusterId, s.ReplicationFactor, s.StatusEncoding, commitprotocol.Of(s.CommitProtocol))
+	if line := r.HierarchyLine(); line != "" {
+		fmt.Fprintln(w, line)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tMEMBERSHIP\tVERSION\tSTORE SIZE\tRANGES\tLEASEHOLDER OF")
 	for i := range r.Nodes {

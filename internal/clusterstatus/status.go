@@ -292,15 +292,17 @@ func isHiddenUserKey(k []byte) bool { return keys.IsUser(k) && len(k) > len(keys
 // JSON is a report as `canopy status -o json` prints it and the status
 // page reads it: keys as PrettyKey prints them, raw keys in base64.
 type JSON struct {
-	ClusterID         string      `json:"cluster_id"`
-	ReplicationFactor uint32      `json:"replication_factor"`
-	StatusEncoding    string      `json:"status_encoding"`
-	CommitProtocol    string      `json:"commit_protocol"`
-	Nodes             []NodeJSON  `json:"nodes"`
-	Ranges            []RangeJSON `json:"ranges"`
-	Problems          []string    `json:"problems"`
-	UnderReplicated   int         `json:"under_replicated_ranges"`
-	Unavailable       int         `json:"unavailable_ranges"`
+	ClusterID         string `json:"cluster_id"`
+	ReplicationFactor uint32 `json:"replication_factor"`
+	StatusEncoding    string `json:"status_encoding"`
+	CommitProtocol    string `json:"commit_protocol"`
+	// Hierarchy: the validator tree (hierarchy protocols only).
+	Hierarchy       *HierarchyJSON `json:"hierarchy,omitempty"`
+	Nodes           []NodeJSON     `json:"nodes"`
+	Ranges          []RangeJSON    `json:"ranges"`
+	Problems        []string       `json:"problems"`
+	UnderReplicated int            `json:"under_replicated_ranges"`
+	Unavailable     int            `json:"unavailable_ranges"`
 	// KeysHidden: user keys were replaced by HiddenKey (Redact).
 	KeysHidden bool `json:"keys_hidden,omitempty"`
 	// TimeUnixMillis is when the report was gathered.
@@ -355,7 +357,7 @@ func (r *Report) JSON(errText func(error) string) JSON {
 	under, unavailable := r.Counts()
 	out := JSON{ClusterID: r.Settings.GetClusterId(), ReplicationFactor: r.Settings.GetReplicationFactor(),
 		StatusEncoding: r.Settings.GetStatusEncoding(), CommitProtocol: string(commitprotocol.Of(r.Settings.GetCommitProtocol())), Problems: r.Problems(),
-		UnderReplicated: under, Unavailable: unavailable, TimeUnixMillis: r.At.UnixMilli(),
+		UnderReplicated: under, Unavailable: unavailable, TimeUnixMillis: r.At.UnixMilli(), Hierarchy: r.Hierarchy(),
 		Nodes: []NodeJSON{}, Ranges: []RangeJSON{}}
 	if out.Problems == nil {
 		out.Problems = []string{}

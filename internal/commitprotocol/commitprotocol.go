@@ -24,7 +24,7 @@ var All = []Name{Default, TwoPCLocking, HierarchyLocking, HierarchyTimestamps}
 // built says which protocols exist on both sides. The hierarchy slots are
 // filled by the work that wires internal/hierarchy into the server and the
 // client; until then init refuses them.
-var built = map[Name]bool{Default: true, TwoPCLocking: true}
+var built = map[Name]bool{Default: true, TwoPCLocking: true, HierarchyLocking: true, HierarchyTimestamps: true}
 
 // ErrUnknown is returned by Parse for a name that is not a protocol, and
 // ErrNotBuilt for one whose implementation does not exist yet.

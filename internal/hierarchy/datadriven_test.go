@@ -19,7 +19,7 @@ import (
 //	tree [variant=locking|timestamps] [batch=<n>] [node-batch=<n>]
 //	     [timeout-ms=<ms>] [resend-ms=<ms>]       a new tree of validators,
 //	<tree's written form>                         its shape in the input
-//	propose node=<n> txn=<id> [snap=<ts>] nodes=(<n>,...) [reads=(<k>,...)] [writes=(<k>,...)]
+//	propose node=<n> txn=<id> [snap=<ts>] nodes=(<n>,...) [reads=(<k>,...)] [writes=(<k>,...)] [conflict=true]
 //	observe node=<n> ts=<ts>                    the node served a read at ts
 //	deliver [link=<from->to>] [count=<c>]       deliver queued messages (all links: until none)
 //	tick ms=<ms>                                set the time on every validator
@@ -98,7 +98,7 @@ func TestDataDriven(t *testing.T) {
 					nodes = append(nodes, NodeID(n))
 				}
 				p := Part{Txn: TxnID(num("txn", 0)), Client: 1, Snapshot: num("snap", 0), Nodes: nodes,
-					Reads: args["reads"], Writes: args["writes"]}
+					Reads: args["reads"], Writes: args["writes"], Conflict: str("conflict", "") == "true"}
 				if err := h.propose(NodeID(num("node", 0)), p); err != nil {
 					h.logf("error: %v", err)
 				}

@@ -27,6 +27,12 @@ type Part struct {
 	// Reads and Writes are the keys read and written on this node. A key
 	// both read and written is listed in both.
 	Reads, Writes []string
+	// Conflict is set by a node whose storage shows a conflict the leaf
+	// cannot know of: a version above the snapshot or another
+	// transaction's intent on one of the part's keys, written while
+	// another node led the range (a lease moved) or before the leaf
+	// restarted. The part then fails its check like any conflicting part.
+	Conflict bool
 }
 
 // Vote is a partial validation result travelling up the tree (3.2.5.B): the

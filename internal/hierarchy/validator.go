@@ -259,6 +259,9 @@ func (v *Validator) latestOf(k string) uint64 { return max(v.latest[k], v.latest
 // thesis's locks; Canopy keeps them in the timestamp variant too, see
 // doc.go).
 func (v *Validator) check(p Part) bool {
+	if p.Conflict {
+		return false
+	}
 	for _, k := range p.Reads {
 		if h := v.holds[k]; h != nil && h.writer != 0 {
 			return false

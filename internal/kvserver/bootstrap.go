@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/canopy-db/canopy/internal/commitprotocol"
 	"github.com/canopy-db/canopy/internal/eval"
+	"strings"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/mvcc"
@@ -111,6 +112,23 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 		return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "%v", perr)
 	}
 	settings.CommitProtocol = string(cp)
+	switch cp {
+	case commitprotocol.HierarchyLocking, commitprotocol.HierarchyTimestamps:
+		// The variant is the protocol's; the tree and batching are
+		// filled in below, once the node IDs are known.
+		if settings.Hierarchy == nil {
+			settings.Hierarchy = &rpcpb.HierarchySettings{}
+		}
+		v := strings.TrimPrefix(string(cp), "hierarchy-")
+		if settings.Hierarchy.Variant != "" && settings.Hierarchy.Variant != v {
+			return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "hierarchy variant %q contradicts commit protocol %s", settings.Hierarchy.Variant, cp)
+		}
+		settings.Hierarchy.Variant = v
+	default:
+		if settings.Hierarchy != nil {
+			return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "hierarchy settings given for commit protocol %s (they are for hierarchy-locking and hierarchy-timestamps)", cp)
+		}
+	}
 	if settings.ReplicationFactor == 0 {
 		settings.ReplicationFactor = DefaultReplicationFactor
 	}
@@ -122,6 +140,11 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 	for i, a := range addrs {
 		nodes = append(nodes, &rpcpb.NodeDescriptor{NodeId: uint64(i + 1), Address: a})
 		ids = append(ids, uint64(i+1))
+	}
+	if h := settings.GetHierarchy(); h != nil {
+		if err := ValidateHierarchySettings(h, ids); err != nil { // hierarchy.go
+			return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "hierarchy settings: %v", err)
+		}
 	}
 	ranges := InitialLayout(ids, int(settings.ReplicationFactor), int(req.InitialRanges))
 	var data []*rpcpb.KeyValue

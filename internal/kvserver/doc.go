@@ -48,6 +48,15 @@
 // split, and periodically, a leader whose meta record differs writes it
 // with MetaUpdateCommand, which never lowers a record's generation.
 //
+// Hierarchy protocols (hierarchy*.go; docs/design-notes.md, "The
+// hierarchical protocol in kvserver and the client"): when the cluster's
+// settings carry a validator tree, every node runs its leaf validator of
+// internal/hierarchy in one goroutine (and each inner validator runs on
+// the lowest-ID live node below it), serves Hierarchy.Commit (a client's
+// part: latches, lease and storage checks, Propose, intents through Raft)
+// and the Link streams between nodes, records decisions in the status
+// table before anyone is told, and resolves its parts' intents.
+//
 // Metrics and health (metrics.go, health.go, http.go; docs/OPERATIONS.md):
 // the node registers its metrics, and hands the same registry to its
 // engine, Raft scheduler and oracle, on Config.Metrics (a registry of its

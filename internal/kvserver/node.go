@@ -359,6 +359,13 @@ type Node struct {
 	feedsMu       sync.Mutex
 	feeds         map[uint64]*rangeReplica
 	feedCandidate atomic.Uint64
+	// hierReadFloor is the highest timestamp a transactional read was
+	// served at here (raised under the read's latches); the hierarchy
+	// leaf observes it before it validates a part (hierarchy_part.go).
+	hierReadFloor atomic.Uint64
+	// hier runs the hierarchy protocols' validators when the cluster's
+	// settings ask for them (hierarchy.go); nil otherwise.
+	hier atomic.Pointer[hierRuntime]
 }
 
 // trackHandler is a unary interceptor counting handlers in flight.
@@ -495,7 +502,8 @@ func Start(cfg Config) (*Node, error) {
 		_ = eng.Close()
 		return nil, err
 	}
-	n.registerOps() // http.go: gRPC health service
+	rpcpb.RegisterHierarchyServer(n.srv, &hierarchyService{n: n}) // hierarchy_link.go
+	n.registerOps()                                               // http.go: gRPC health service
 	n.wg.Add(6)
 	go n.runEvery(n.cfg.ClosedTimestampInterval, n.closeTimestamps) // feed.go
 	go func() { defer n.wg.Done(); _ = n.srv.Serve(lis) }()
@@ -507,6 +515,8 @@ func Start(cfg Config) (*Node, error) {
 	go n.runEvery(SnapshotStreamTTL/2, func() { n.cleanSnapshots(false) })
 	n.wg.Add(1)
 	go n.runEvery(n.cfg.MembersRefreshInterval, n.refreshMembers)
+	n.wg.Add(1)
+	go n.runEvery(hierManageInterval, n.hierManage) // hierarchy.go
 	if !n.bootstrapped() && len(n.cfg.Join) > 0 {
 		n.wg.Add(1)
 		go n.joinRunning() // membership.go
@@ -602,6 +612,8 @@ func (n *Node) Stop() {
 	n.handlersMu.Unlock()
 	n.handlers.Wait()
 	n.wg.Wait()
+	// After wg (no runtime is started any more), before the store closes.
+	n.stopHierarchy()
 	// After the handlers: one may have created a replica meanwhile.
 	for _, rr := range n.replicaList() {
 		rr.r.Stop()

@@ -47,8 +47,8 @@ type serverProtocol interface {
 var serverProtocols = map[commitprotocol.Name]func() serverProtocol{
 	commitprotocol.Default:             func() serverProtocol { return defaultServerProtocol{} },
 	commitprotocol.TwoPCLocking:        func() serverProtocol { return twoPCServerProtocol{} },
-	commitprotocol.HierarchyLocking:    nil, // issue 9: internal/hierarchy wired in
-	commitprotocol.HierarchyTimestamps: nil, // issue 9: internal/hierarchy wired in
+	commitprotocol.HierarchyLocking:    func() serverProtocol { return hierarchyServerProtocol{} }, // hierarchy.go
+	commitprotocol.HierarchyTimestamps: func() serverProtocol { return hierarchyServerProtocol{} },
 }
 
 // newServerProtocol returns the server side of the protocol settings name,

@@ -167,6 +167,11 @@ func (n *Node) readOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchR
 		if err != nil {
 			return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err))
 		}
+		// Under the read latches: a hierarchy part that writes these keys
+		// either validated before this (its intent is in place and the
+		// read waits for it) or takes a timestamp above the read's
+		// (hierarchy_part.go, Observe).
+		n.raiseReadFloor(req)
 		snap := n.eng.NewSnapshot()
 		rr.latches.Release(g)
 		if byLease {
@@ -215,6 +220,16 @@ func (n *Node) writeOnceChecked(ctx context.Context, rr *rangeReplica, req *rpcp
 	if err != nil {
 		return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err))
 	}
+	return n.writeLatched(ctx, rr, req, term, locks, g, check)
+}
+
+// writeLatched is writeOnce once the latches g (covering req's spans) are
+// held, in Raft term term. It owns g: it releases it when the command has
+// applied here or is known never to apply (the hierarchy's part writes
+// take their latches before they validate, hierarchy_part.go).
+func (n *Node) writeLatched(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest, term uint64, locks *concurrency.LockTable, g *concurrency.LatchGuard,
+	check func(*concurrency.LockTable) *rpcpb.Error) *rpcpb.BatchResponse {
+	fail := func(e *rpcpb.Error) *rpcpb.BatchResponse { return &rpcpb.BatchResponse{Error: e} }
 	release := func() { rr.latches.Release(g) }
 	// Tracked from before its timestamp (and its evaluation) until it has
 	// applied or never will: the range's closed timestamp stays below it

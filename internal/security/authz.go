@@ -102,6 +102,10 @@ var MethodLevels = map[string]Level{
 	"/etcdserverpb.Maintenance/MoveLeader": LevelAdmin,
 	"/etcdserverpb.Maintenance/Downgrade":  LevelAdmin,
 
+	// The hierarchy protocols: a client's part of a commit; the
+	// validators' links between nodes.
+	rpcpb.Hierarchy_Commit_FullMethodName: LevelUser,
+	rpcpb.Hierarchy_Link_FullMethodName:   LevelNode,
 	// Between nodes.
 	rpcpb.Internal_Raft_FullMethodName:       LevelNode,
 	rpcpb.Internal_RaftStream_FullMethodName: LevelNode,

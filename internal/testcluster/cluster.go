@@ -58,6 +58,10 @@ type Options struct {
 	// security.CreateNode): the nodes run with mutual TLS and the
 	// bootstrap uses the root client certificate. Default: insecure.
 	CertsDir string
+	// Hierarchy, if set, makes the cluster run a hierarchy commit protocol
+	// with these settings (kvserver.ValidateHierarchySettings fills the
+	// defaults: the locking variant, one leaf per node under one root).
+	Hierarchy *rpcpb.HierarchySettings
 }
 
 // Cluster is a running in-process cluster.
@@ -145,6 +149,7 @@ func Start(opts Options) (*Cluster, error) {
 			StatusEncoding:    opts.StatusEncoding,
 			ReplicationFactor: uint32(opts.ReplicationFactor),
 			CommitProtocol:    opts.CommitProtocol,
+			Hierarchy:         opts.Hierarchy,
 		},
 	})
 	if err == nil && resp.Error != nil {

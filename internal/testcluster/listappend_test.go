@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/testcluster"
 	"github.com/canopy-db/canopy/internal/testcluster/check"
 )
@@ -92,18 +93,40 @@ func runListAppend(t *testing.T, seed uint64, opts ...client.TxnOption) []check.
 // commit in one phase.
 func runListAppendMode(t *testing.T, seed uint64, commitWith bool, opts ...client.TxnOption) []check.TxnRecord {
 	t.Helper()
-	return runListAppendOn(t, seed, "", commitWith, opts...)
+	return runListAppendWith(t, seed, listAppendConfig{commitWith: commitWith}, opts...)
 }
 
 // runListAppendOn is runListAppendMode on a cluster running the commit
 // protocol protocol ("" = default).
 func runListAppendOn(t *testing.T, seed uint64, protocol string, commitWith bool, opts ...client.TxnOption) []check.TxnRecord {
 	t.Helper()
+	return runListAppendWith(t, seed, listAppendConfig{protocol: protocol, commitWith: commitWith}, opts...)
+}
+
+// listAppendConfig varies the list-append run: protocol, the cluster's
+// commit protocol ("" = default); commitWith (see runListAppendMode);
+// hierarchy, the hierarchy protocols' settings (nil: defaults); noScans,
+// reads by Get only (a hierarchy transaction that writes may not scan).
+type listAppendConfig struct {
+	protocol   string
+	commitWith bool
+	hierarchy  *rpcpb.HierarchySettings
+	noScans    bool
+	// workers and txnsPerWorker, if set, size the run.
+	workers, txnsPerWorker int
+}
+
+func runListAppendWith(t *testing.T, seed uint64, cfg listAppendConfig, opts ...client.TxnOption) []check.TxnRecord {
+	t.Helper()
+	commitWith := cfg.commitWith
 	workers, txnsPerWorker := 5, 40
 	if testing.Short() {
 		workers, txnsPerWorker = 4, 25
 	}
-	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4, CommitProtocol: protocol})
+	if cfg.workers > 0 {
+		workers, txnsPerWorker = cfg.workers, cfg.txnsPerWorker
+	}
+	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4, CommitProtocol: cfg.protocol, Hierarchy: cfg.hierarchy})
 	admin := openDB(t, c)
 	ks := listAppendKeys()
 	rawKeys := make([][]byte, len(ks))
@@ -145,6 +168,12 @@ func runListAppendOn(t *testing.T, seed uint64, protocol string, commitWith bool
 						plan[i] = plannedOp{appendOp: true, key: ks[k]}
 					case 2, 3:
 						plan[i] = plannedOp{key: ks[k]}
+					case 4:
+						if cfg.noScans {
+							plan[i] = plannedOp{key: ks[k]}
+							break
+						}
+						fallthrough
 					default:
 						// Both keys of one user range: ks[2r] and ks[2r+1].
 						r := k / 2

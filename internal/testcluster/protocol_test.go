@@ -46,10 +46,27 @@ func TestProtocolRefusals(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opDeadline)
 	defer cancel()
-	_, err := db.Begin(ctx, client.WithProtocol(client.ProtocolHierarchyLocking))
+	// A hierarchy transaction in a default cluster: its read is refused,
+	// and so is its commit (Hierarchy.Commit).
+	htxn, err := db.Begin(ctx, client.WithProtocol(client.ProtocolHierarchyLocking))
+	if err != nil {
+		t.Fatalf("Begin(hierarchy-locking): %v", err)
+	}
+	_, _, err = htxn.Get(ctx, []byte("k"))
 	var pe *client.ProtocolError
 	if !errors.As(err, &pe) || !errors.Is(err, client.ErrInvalidArgument) {
-		t.Fatalf("Begin(hierarchy-locking) = %v, want a *ProtocolError wrapping ErrInvalidArgument", err)
+		t.Fatalf("hierarchy-locking Get in a default cluster = %v, want a *ProtocolError wrapping ErrInvalidArgument", err)
+	}
+	_ = htxn.Rollback(ctx)
+	htxn, err = db.Begin(ctx, client.WithProtocol(client.ProtocolHierarchyTimestamps))
+	if err != nil {
+		t.Fatalf("Begin(hierarchy-timestamps): %v", err)
+	}
+	if err := htxn.Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatalf("hierarchy-timestamps Put (buffered): %v", err)
+	}
+	if err := htxn.Commit(ctx); !errors.As(err, &pe) {
+		t.Fatalf("hierarchy-timestamps Commit in a default cluster = %v, want a *ProtocolError", err)
 	}
 
 	key := keys.UserKey([]byte("k"))

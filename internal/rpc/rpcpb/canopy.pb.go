@@ -3207,8 +3207,11 @@ type ClusterSettings struct {
 	// "hierarchy-locking", "hierarchy-timestamps"); empty means "default"
 	// (clusters initialized before it existed).
 	CommitProtocol string `protobuf:"bytes,6,opt,name=commit_protocol,json=commitProtocol,proto3" json:"commit_protocol,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The hierarchy protocols' validator tree and batching (issue 9); unset
+	// when the cluster does not run them.
+	Hierarchy     *HierarchySettings `protobuf:"bytes,20,opt,name=hierarchy,proto3" json:"hierarchy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterSettings) Reset() {
@@ -3283,6 +3286,101 @@ func (x *ClusterSettings) GetCommitProtocol() string {
 	return ""
 }
 
+func (x *ClusterSettings) GetHierarchy() *HierarchySettings {
+	if x != nil {
+		return x.Hierarchy
+	}
+	return nil
+}
+
+// HierarchySettings configure the hierarchy commit protocols, set at init.
+type HierarchySettings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// variant: "locking" or "timestamps".
+	Variant string `protobuf:"bytes,1,opt,name=variant,proto3" json:"variant,omitempty"`
+	// tree: the written form of hierarchy.Tree, e.g. "(1 2 3)".
+	Tree string `protobuf:"bytes,2,opt,name=tree,proto3" json:"tree,omitempty"`
+	// Batching of votes up the tree and of decisions to nodes (3.4).
+	ValidatorBatchSize      uint32 `protobuf:"varint,3,opt,name=validator_batch_size,json=validatorBatchSize,proto3" json:"validator_batch_size,omitempty"`
+	ValidatorBatchTimeoutUs uint64 `protobuf:"varint,4,opt,name=validator_batch_timeout_us,json=validatorBatchTimeoutUs,proto3" json:"validator_batch_timeout_us,omitempty"`
+	NodeBatchSize           uint32 `protobuf:"varint,5,opt,name=node_batch_size,json=nodeBatchSize,proto3" json:"node_batch_size,omitempty"`
+	NodeBatchTimeoutUs      uint64 `protobuf:"varint,6,opt,name=node_batch_timeout_us,json=nodeBatchTimeoutUs,proto3" json:"node_batch_timeout_us,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
+}
+
+func (x *HierarchySettings) Reset() {
+	*x = HierarchySettings{}
+	mi := &file_canopy_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HierarchySettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HierarchySettings) ProtoMessage() {}
+
+func (x *HierarchySettings) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HierarchySettings.ProtoReflect.Descriptor instead.
+func (*HierarchySettings) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *HierarchySettings) GetVariant() string {
+	if x != nil {
+		return x.Variant
+	}
+	return ""
+}
+
+func (x *HierarchySettings) GetTree() string {
+	if x != nil {
+		return x.Tree
+	}
+	return ""
+}
+
+func (x *HierarchySettings) GetValidatorBatchSize() uint32 {
+	if x != nil {
+		return x.ValidatorBatchSize
+	}
+	return 0
+}
+
+func (x *HierarchySettings) GetValidatorBatchTimeoutUs() uint64 {
+	if x != nil {
+		return x.ValidatorBatchTimeoutUs
+	}
+	return 0
+}
+
+func (x *HierarchySettings) GetNodeBatchSize() uint32 {
+	if x != nil {
+		return x.NodeBatchSize
+	}
+	return 0
+}
+
+func (x *HierarchySettings) GetNodeBatchTimeoutUs() uint64 {
+	if x != nil {
+		return x.NodeBatchTimeoutUs
+	}
+	return 0
+}
+
 type ClusterInfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3291,7 +3389,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_canopy_proto_msgTypes[46]
+	mi := &file_canopy_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3401,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[46]
+	mi := &file_canopy_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,7 +3414,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{46}
+	return file_canopy_proto_rawDescGZIP(), []int{47}
 }
 
 type ClusterInfoResponse struct {
@@ -3330,7 +3428,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_canopy_proto_msgTypes[47]
+	mi := &file_canopy_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3342,7 +3440,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[47]
+	mi := &file_canopy_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3355,7 +3453,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{47}
+	return file_canopy_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ClusterInfoResponse) GetError() *Error {
@@ -3389,7 +3487,7 @@ type BootstrapRequest struct {
 
 func (x *BootstrapRequest) Reset() {
 	*x = BootstrapRequest{}
-	mi := &file_canopy_proto_msgTypes[48]
+	mi := &file_canopy_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +3499,7 @@ func (x *BootstrapRequest) String() string {
 func (*BootstrapRequest) ProtoMessage() {}
 
 func (x *BootstrapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[48]
+	mi := &file_canopy_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +3512,7 @@ func (x *BootstrapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapRequest.ProtoReflect.Descriptor instead.
 func (*BootstrapRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{48}
+	return file_canopy_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BootstrapRequest) GetInitialRanges() uint32 {
@@ -3441,7 +3539,7 @@ type BootstrapResponse struct {
 
 func (x *BootstrapResponse) Reset() {
 	*x = BootstrapResponse{}
-	mi := &file_canopy_proto_msgTypes[49]
+	mi := &file_canopy_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3453,7 +3551,7 @@ func (x *BootstrapResponse) String() string {
 func (*BootstrapResponse) ProtoMessage() {}
 
 func (x *BootstrapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[49]
+	mi := &file_canopy_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3466,7 +3564,7 @@ func (x *BootstrapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapResponse.ProtoReflect.Descriptor instead.
 func (*BootstrapResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{49}
+	return file_canopy_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BootstrapResponse) GetError() *Error {
@@ -3492,7 +3590,7 @@ type SplitRequest struct {
 
 func (x *SplitRequest) Reset() {
 	*x = SplitRequest{}
-	mi := &file_canopy_proto_msgTypes[50]
+	mi := &file_canopy_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3602,7 @@ func (x *SplitRequest) String() string {
 func (*SplitRequest) ProtoMessage() {}
 
 func (x *SplitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[50]
+	mi := &file_canopy_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3615,7 @@ func (x *SplitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitRequest.ProtoReflect.Descriptor instead.
 func (*SplitRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{50}
+	return file_canopy_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SplitRequest) GetSplitKey() []byte {
@@ -3538,7 +3636,7 @@ type SplitResponse struct {
 
 func (x *SplitResponse) Reset() {
 	*x = SplitResponse{}
-	mi := &file_canopy_proto_msgTypes[51]
+	mi := &file_canopy_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3550,7 +3648,7 @@ func (x *SplitResponse) String() string {
 func (*SplitResponse) ProtoMessage() {}
 
 func (x *SplitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[51]
+	mi := &file_canopy_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3563,7 +3661,7 @@ func (x *SplitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitResponse.ProtoReflect.Descriptor instead.
 func (*SplitResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{51}
+	return file_canopy_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SplitResponse) GetError() *Error {
@@ -3606,7 +3704,7 @@ type RangeStatus struct {
 
 func (x *RangeStatus) Reset() {
 	*x = RangeStatus{}
-	mi := &file_canopy_proto_msgTypes[52]
+	mi := &file_canopy_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3618,7 +3716,7 @@ func (x *RangeStatus) String() string {
 func (*RangeStatus) ProtoMessage() {}
 
 func (x *RangeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[52]
+	mi := &file_canopy_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3631,7 +3729,7 @@ func (x *RangeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeStatus.ProtoReflect.Descriptor instead.
 func (*RangeStatus) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{52}
+	return file_canopy_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RangeStatus) GetRange() *RangeDescriptor {
@@ -3691,7 +3789,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_canopy_proto_msgTypes[53]
+	mi := &file_canopy_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3703,7 +3801,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[53]
+	mi := &file_canopy_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3716,7 +3814,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{53}
+	return file_canopy_proto_rawDescGZIP(), []int{54}
 }
 
 type NodeStatusResponse struct {
@@ -3738,7 +3836,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_canopy_proto_msgTypes[54]
+	mi := &file_canopy_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3750,7 +3848,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[54]
+	mi := &file_canopy_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3763,7 +3861,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{54}
+	return file_canopy_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NodeStatusResponse) GetNodeId() uint64 {
@@ -3833,7 +3931,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_canopy_proto_msgTypes[55]
+	mi := &file_canopy_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3845,7 +3943,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[55]
+	mi := &file_canopy_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3858,7 +3956,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{55}
+	return file_canopy_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RaftMessage) GetRangeId() uint64 {
@@ -3910,7 +4008,7 @@ type RaftMessageBatch struct {
 
 func (x *RaftMessageBatch) Reset() {
 	*x = RaftMessageBatch{}
-	mi := &file_canopy_proto_msgTypes[56]
+	mi := &file_canopy_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3922,7 +4020,7 @@ func (x *RaftMessageBatch) String() string {
 func (*RaftMessageBatch) ProtoMessage() {}
 
 func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[56]
+	mi := &file_canopy_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3935,7 +4033,7 @@ func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatch.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatch) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{56}
+	return file_canopy_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RaftMessageBatch) GetMessages() []*RaftMessage {
@@ -3960,7 +4058,7 @@ type RaftMessageBatchResponse struct {
 
 func (x *RaftMessageBatchResponse) Reset() {
 	*x = RaftMessageBatchResponse{}
-	mi := &file_canopy_proto_msgTypes[57]
+	mi := &file_canopy_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3972,7 +4070,7 @@ func (x *RaftMessageBatchResponse) String() string {
 func (*RaftMessageBatchResponse) ProtoMessage() {}
 
 func (x *RaftMessageBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[57]
+	mi := &file_canopy_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3985,7 +4083,7 @@ func (x *RaftMessageBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatchResponse.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatchResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{57}
+	return file_canopy_proto_rawDescGZIP(), []int{58}
 }
 
 // JoinRequest is sent by the bootstrapping node to every peer: it assigns
@@ -4005,7 +4103,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_canopy_proto_msgTypes[58]
+	mi := &file_canopy_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4017,7 +4115,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[58]
+	mi := &file_canopy_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4030,7 +4128,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{58}
+	return file_canopy_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *JoinRequest) GetNodeId() uint64 {
@@ -4077,7 +4175,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_canopy_proto_msgTypes[59]
+	mi := &file_canopy_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4089,7 +4187,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[59]
+	mi := &file_canopy_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4102,7 +4200,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{59}
+	return file_canopy_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *JoinResponse) GetError() *Error {
@@ -4120,7 +4218,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_canopy_proto_msgTypes[60]
+	mi := &file_canopy_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4132,7 +4230,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[60]
+	mi := &file_canopy_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4145,7 +4243,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{60}
+	return file_canopy_proto_rawDescGZIP(), []int{61}
 }
 
 // store_id is the random ID of the node's store (canopy_membership.proto).
@@ -4160,7 +4258,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_canopy_proto_msgTypes[61]
+	mi := &file_canopy_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4172,7 +4270,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[61]
+	mi := &file_canopy_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4185,7 +4283,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{61}
+	return file_canopy_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PingResponse) GetNodeId() uint64 {
@@ -4221,7 +4319,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_canopy_proto_msgTypes[62]
+	mi := &file_canopy_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4233,7 +4331,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[62]
+	mi := &file_canopy_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4246,7 +4344,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{62}
+	return file_canopy_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ProposeRequest) GetRangeId() uint64 {
@@ -4274,7 +4372,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_canopy_proto_msgTypes[63]
+	mi := &file_canopy_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4286,7 +4384,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[63]
+	mi := &file_canopy_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4299,7 +4397,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{63}
+	return file_canopy_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ProposeResponse) GetError() *Error {
@@ -4358,7 +4456,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_canopy_proto_msgTypes[64]
+	mi := &file_canopy_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4370,7 +4468,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[64]
+	mi := &file_canopy_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4383,7 +4481,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{64}
+	return file_canopy_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RaftCommand) GetBatch() *BatchRequest {
@@ -4484,7 +4582,7 @@ type GCCommand struct {
 
 func (x *GCCommand) Reset() {
 	*x = GCCommand{}
-	mi := &file_canopy_proto_msgTypes[65]
+	mi := &file_canopy_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4496,7 +4594,7 @@ func (x *GCCommand) String() string {
 func (*GCCommand) ProtoMessage() {}
 
 func (x *GCCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[65]
+	mi := &file_canopy_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4509,7 +4607,7 @@ func (x *GCCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCCommand.ProtoReflect.Descriptor instead.
 func (*GCCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{65}
+	return file_canopy_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *GCCommand) GetThreshold() uint64 {
@@ -4552,7 +4650,7 @@ type RangeState struct {
 
 func (x *RangeState) Reset() {
 	*x = RangeState{}
-	mi := &file_canopy_proto_msgTypes[66]
+	mi := &file_canopy_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4564,7 +4662,7 @@ func (x *RangeState) String() string {
 func (*RangeState) ProtoMessage() {}
 
 func (x *RangeState) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[66]
+	mi := &file_canopy_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4577,7 +4675,7 @@ func (x *RangeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeState.ProtoReflect.Descriptor instead.
 func (*RangeState) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{66}
+	return file_canopy_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RangeState) GetRange() *RangeDescriptor {
@@ -4628,7 +4726,7 @@ type SplitCommand struct {
 
 func (x *SplitCommand) Reset() {
 	*x = SplitCommand{}
-	mi := &file_canopy_proto_msgTypes[67]
+	mi := &file_canopy_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4640,7 +4738,7 @@ func (x *SplitCommand) String() string {
 func (*SplitCommand) ProtoMessage() {}
 
 func (x *SplitCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[67]
+	mi := &file_canopy_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4653,7 +4751,7 @@ func (x *SplitCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitCommand.ProtoReflect.Descriptor instead.
 func (*SplitCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{67}
+	return file_canopy_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SplitCommand) GetSplitKey() []byte {
@@ -4688,7 +4786,7 @@ type MetaUpdateCommand struct {
 
 func (x *MetaUpdateCommand) Reset() {
 	*x = MetaUpdateCommand{}
-	mi := &file_canopy_proto_msgTypes[68]
+	mi := &file_canopy_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4700,7 +4798,7 @@ func (x *MetaUpdateCommand) String() string {
 func (*MetaUpdateCommand) ProtoMessage() {}
 
 func (x *MetaUpdateCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[68]
+	mi := &file_canopy_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4713,7 +4811,7 @@ func (x *MetaUpdateCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaUpdateCommand.ProtoReflect.Descriptor instead.
 func (*MetaUpdateCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{68}
+	return file_canopy_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *MetaUpdateCommand) GetRange() *RangeDescriptor {
@@ -4732,7 +4830,7 @@ type AllocRangeIDCommand struct {
 
 func (x *AllocRangeIDCommand) Reset() {
 	*x = AllocRangeIDCommand{}
-	mi := &file_canopy_proto_msgTypes[69]
+	mi := &file_canopy_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4744,7 +4842,7 @@ func (x *AllocRangeIDCommand) String() string {
 func (*AllocRangeIDCommand) ProtoMessage() {}
 
 func (x *AllocRangeIDCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[69]
+	mi := &file_canopy_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4757,7 +4855,7 @@ func (x *AllocRangeIDCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocRangeIDCommand.ProtoReflect.Descriptor instead.
 func (*AllocRangeIDCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{69}
+	return file_canopy_proto_rawDescGZIP(), []int{70}
 }
 
 // CASBoundCommand sets the oracle's upper bound to new_bound if it equals
@@ -4772,7 +4870,7 @@ type CASBoundCommand struct {
 
 func (x *CASBoundCommand) Reset() {
 	*x = CASBoundCommand{}
-	mi := &file_canopy_proto_msgTypes[70]
+	mi := &file_canopy_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4784,7 +4882,7 @@ func (x *CASBoundCommand) String() string {
 func (*CASBoundCommand) ProtoMessage() {}
 
 func (x *CASBoundCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[70]
+	mi := &file_canopy_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4797,7 +4895,7 @@ func (x *CASBoundCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CASBoundCommand.ProtoReflect.Descriptor instead.
 func (*CASBoundCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{70}
+	return file_canopy_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *CASBoundCommand) GetExpected() uint64 {
@@ -4828,7 +4926,7 @@ type ChangeReplicasCommand struct {
 
 func (x *ChangeReplicasCommand) Reset() {
 	*x = ChangeReplicasCommand{}
-	mi := &file_canopy_proto_msgTypes[71]
+	mi := &file_canopy_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4840,7 +4938,7 @@ func (x *ChangeReplicasCommand) String() string {
 func (*ChangeReplicasCommand) ProtoMessage() {}
 
 func (x *ChangeReplicasCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[71]
+	mi := &file_canopy_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4853,7 +4951,7 @@ func (x *ChangeReplicasCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasCommand.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{71}
+	return file_canopy_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ChangeReplicasCommand) GetExpectedGeneration() uint64 {
@@ -4885,7 +4983,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_canopy_proto_msgTypes[72]
+	mi := &file_canopy_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4897,7 +4995,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[72]
+	mi := &file_canopy_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4910,7 +5008,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{72}
+	return file_canopy_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *AddNodeRequest) GetAddress() string {
@@ -4944,7 +5042,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_canopy_proto_msgTypes[73]
+	mi := &file_canopy_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4956,7 +5054,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[73]
+	mi := &file_canopy_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4969,7 +5067,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{73}
+	return file_canopy_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *AddNodeResponse) GetError() *Error {
@@ -4996,7 +5094,7 @@ type ChangeMembershipRequest struct {
 
 func (x *ChangeMembershipRequest) Reset() {
 	*x = ChangeMembershipRequest{}
-	mi := &file_canopy_proto_msgTypes[74]
+	mi := &file_canopy_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5008,7 +5106,7 @@ func (x *ChangeMembershipRequest) String() string {
 func (*ChangeMembershipRequest) ProtoMessage() {}
 
 func (x *ChangeMembershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[74]
+	mi := &file_canopy_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5021,7 +5119,7 @@ func (x *ChangeMembershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeMembershipRequest.ProtoReflect.Descriptor instead.
 func (*ChangeMembershipRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{74}
+	return file_canopy_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ChangeMembershipRequest) GetNodeId() uint64 {
@@ -5048,7 +5146,7 @@ type ChangeMembershipResponse struct {
 
 func (x *ChangeMembershipResponse) Reset() {
 	*x = ChangeMembershipResponse{}
-	mi := &file_canopy_proto_msgTypes[75]
+	mi := &file_canopy_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5060,7 +5158,7 @@ func (x *ChangeMembershipResponse) String() string {
 func (*ChangeMembershipResponse) ProtoMessage() {}
 
 func (x *ChangeMembershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[75]
+	mi := &file_canopy_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5073,7 +5171,7 @@ func (x *ChangeMembershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeMembershipResponse.ProtoReflect.Descriptor instead.
 func (*ChangeMembershipResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{75}
+	return file_canopy_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ChangeMembershipResponse) GetError() *Error {
@@ -5100,7 +5198,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_canopy_proto_msgTypes[76]
+	mi := &file_canopy_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5112,7 +5210,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[76]
+	mi := &file_canopy_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5125,7 +5223,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{76}
+	return file_canopy_proto_rawDescGZIP(), []int{77}
 }
 
 type MemberInfo struct {
@@ -5138,7 +5236,7 @@ type MemberInfo struct {
 
 func (x *MemberInfo) Reset() {
 	*x = MemberInfo{}
-	mi := &file_canopy_proto_msgTypes[77]
+	mi := &file_canopy_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5150,7 +5248,7 @@ func (x *MemberInfo) String() string {
 func (*MemberInfo) ProtoMessage() {}
 
 func (x *MemberInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[77]
+	mi := &file_canopy_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5163,7 +5261,7 @@ func (x *MemberInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
 func (*MemberInfo) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{77}
+	return file_canopy_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *MemberInfo) GetNode() *NodeRecord {
@@ -5190,7 +5288,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_canopy_proto_msgTypes[78]
+	mi := &file_canopy_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5202,7 +5300,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[78]
+	mi := &file_canopy_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5215,7 +5313,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{78}
+	return file_canopy_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *MembersResponse) GetError() *Error {
@@ -5248,7 +5346,7 @@ type TxnSwitches struct {
 
 func (x *TxnSwitches) Reset() {
 	*x = TxnSwitches{}
-	mi := &file_canopy_proto_msgTypes[79]
+	mi := &file_canopy_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5260,7 +5358,7 @@ func (x *TxnSwitches) String() string {
 func (*TxnSwitches) ProtoMessage() {}
 
 func (x *TxnSwitches) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[79]
+	mi := &file_canopy_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5273,7 +5371,7 @@ func (x *TxnSwitches) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnSwitches.ProtoReflect.Descriptor instead.
 func (*TxnSwitches) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{79}
+	return file_canopy_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *TxnSwitches) GetPipelining() uint32 {
@@ -5501,7 +5599,7 @@ const file_canopy_proto_rawDesc = "" +
 	"\x11TimestampResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12\x14\n" +
 	"\x05first\x18\x02 \x01(\x04R\x05first\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\rR\x05count\"\xac\x02\n" +
+	"\x05count\x18\x03 \x01(\rR\x05count\"\xe5\x02\n" +
 	"\x0fClusterSettings\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12'\n" +
@@ -5509,7 +5607,15 @@ const file_canopy_proto_rawDesc = "" +
 	"\x1ctickets_partitioning_quantum\x18\x03 \x01(\x04R\x1aticketsPartitioningQuantum\x127\n" +
 	"\x18tickets_rows_per_quantum\x18\x04 \x01(\x04R\x15ticketsRowsPerQuantum\x12-\n" +
 	"\x12replication_factor\x18\x05 \x01(\rR\x11replicationFactor\x12'\n" +
-	"\x0fcommit_protocol\x18\x06 \x01(\tR\x0ecommitProtocol\"\x14\n" +
+	"\x0fcommit_protocol\x18\x06 \x01(\tR\x0ecommitProtocol\x127\n" +
+	"\thierarchy\x18\x14 \x01(\v2\x19.canopy.HierarchySettingsR\thierarchy\"\x8b\x02\n" +
+	"\x11HierarchySettings\x12\x18\n" +
+	"\avariant\x18\x01 \x01(\tR\avariant\x12\x12\n" +
+	"\x04tree\x18\x02 \x01(\tR\x04tree\x120\n" +
+	"\x14validator_batch_size\x18\x03 \x01(\rR\x12validatorBatchSize\x12;\n" +
+	"\x1avalidator_batch_timeout_us\x18\x04 \x01(\x04R\x17validatorBatchTimeoutUs\x12&\n" +
+	"\x0fnode_batch_size\x18\x05 \x01(\rR\rnodeBatchSize\x121\n" +
+	"\x15node_batch_timeout_us\x18\x06 \x01(\x04R\x12nodeBatchTimeoutUs\"\x14\n" +
 	"\x12ClusterInfoRequest\"\x9d\x01\n" +
 	"\x13ClusterInfoResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x123\n" +
@@ -5699,7 +5805,7 @@ func file_canopy_proto_rawDescGZIP() []byte {
 }
 
 var file_canopy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_canopy_proto_goTypes = []any{
 	(ErrorCode)(0),                       // 0: canopy.ErrorCode
 	(*ReplicaDescriptor)(nil),            // 1: canopy.ReplicaDescriptor
@@ -5748,51 +5854,52 @@ var file_canopy_proto_goTypes = []any{
 	(*TimestampRequest)(nil),             // 44: canopy.TimestampRequest
 	(*TimestampResponse)(nil),            // 45: canopy.TimestampResponse
 	(*ClusterSettings)(nil),              // 46: canopy.ClusterSettings
-	(*ClusterInfoRequest)(nil),           // 47: canopy.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),          // 48: canopy.ClusterInfoResponse
-	(*BootstrapRequest)(nil),             // 49: canopy.BootstrapRequest
-	(*BootstrapResponse)(nil),            // 50: canopy.BootstrapResponse
-	(*SplitRequest)(nil),                 // 51: canopy.SplitRequest
-	(*SplitResponse)(nil),                // 52: canopy.SplitResponse
-	(*RangeStatus)(nil),                  // 53: canopy.RangeStatus
-	(*NodeStatusRequest)(nil),            // 54: canopy.NodeStatusRequest
-	(*NodeStatusResponse)(nil),           // 55: canopy.NodeStatusResponse
-	(*RaftMessage)(nil),                  // 56: canopy.RaftMessage
-	(*RaftMessageBatch)(nil),             // 57: canopy.RaftMessageBatch
-	(*RaftMessageBatchResponse)(nil),     // 58: canopy.RaftMessageBatchResponse
-	(*JoinRequest)(nil),                  // 59: canopy.JoinRequest
-	(*JoinResponse)(nil),                 // 60: canopy.JoinResponse
-	(*PingRequest)(nil),                  // 61: canopy.PingRequest
-	(*PingResponse)(nil),                 // 62: canopy.PingResponse
-	(*ProposeRequest)(nil),               // 63: canopy.ProposeRequest
-	(*ProposeResponse)(nil),              // 64: canopy.ProposeResponse
-	(*RaftCommand)(nil),                  // 65: canopy.RaftCommand
-	(*GCCommand)(nil),                    // 66: canopy.GCCommand
-	(*RangeState)(nil),                   // 67: canopy.RangeState
-	(*SplitCommand)(nil),                 // 68: canopy.SplitCommand
-	(*MetaUpdateCommand)(nil),            // 69: canopy.MetaUpdateCommand
-	(*AllocRangeIDCommand)(nil),          // 70: canopy.AllocRangeIDCommand
-	(*CASBoundCommand)(nil),              // 71: canopy.CASBoundCommand
-	(*ChangeReplicasCommand)(nil),        // 72: canopy.ChangeReplicasCommand
-	(*AddNodeRequest)(nil),               // 73: canopy.AddNodeRequest
-	(*AddNodeResponse)(nil),              // 74: canopy.AddNodeResponse
-	(*ChangeMembershipRequest)(nil),      // 75: canopy.ChangeMembershipRequest
-	(*ChangeMembershipResponse)(nil),     // 76: canopy.ChangeMembershipResponse
-	(*MembersRequest)(nil),               // 77: canopy.MembersRequest
-	(*MemberInfo)(nil),                   // 78: canopy.MemberInfo
-	(*MembersResponse)(nil),              // 79: canopy.MembersResponse
-	(*TxnSwitches)(nil),                  // 80: canopy.TxnSwitches
-	(ReplicaType)(0),                     // 81: canopy.ReplicaType
-	(*PlainScanRequest)(nil),             // 82: canopy.PlainScanRequest
-	(*PlainScanResponse)(nil),            // 83: canopy.PlainScanResponse
-	(*FollowerProgress)(nil),             // 84: canopy.FollowerProgress
-	(*AddNodeCommand)(nil),               // 85: canopy.AddNodeCommand
-	(*SetMembershipCommand)(nil),         // 86: canopy.SetMembershipCommand
-	(NodeMembership)(0),                  // 87: canopy.NodeMembership
-	(*NodeRecord)(nil),                   // 88: canopy.NodeRecord
+	(*HierarchySettings)(nil),            // 47: canopy.HierarchySettings
+	(*ClusterInfoRequest)(nil),           // 48: canopy.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),          // 49: canopy.ClusterInfoResponse
+	(*BootstrapRequest)(nil),             // 50: canopy.BootstrapRequest
+	(*BootstrapResponse)(nil),            // 51: canopy.BootstrapResponse
+	(*SplitRequest)(nil),                 // 52: canopy.SplitRequest
+	(*SplitResponse)(nil),                // 53: canopy.SplitResponse
+	(*RangeStatus)(nil),                  // 54: canopy.RangeStatus
+	(*NodeStatusRequest)(nil),            // 55: canopy.NodeStatusRequest
+	(*NodeStatusResponse)(nil),           // 56: canopy.NodeStatusResponse
+	(*RaftMessage)(nil),                  // 57: canopy.RaftMessage
+	(*RaftMessageBatch)(nil),             // 58: canopy.RaftMessageBatch
+	(*RaftMessageBatchResponse)(nil),     // 59: canopy.RaftMessageBatchResponse
+	(*JoinRequest)(nil),                  // 60: canopy.JoinRequest
+	(*JoinResponse)(nil),                 // 61: canopy.JoinResponse
+	(*PingRequest)(nil),                  // 62: canopy.PingRequest
+	(*PingResponse)(nil),                 // 63: canopy.PingResponse
+	(*ProposeRequest)(nil),               // 64: canopy.ProposeRequest
+	(*ProposeResponse)(nil),              // 65: canopy.ProposeResponse
+	(*RaftCommand)(nil),                  // 66: canopy.RaftCommand
+	(*GCCommand)(nil),                    // 67: canopy.GCCommand
+	(*RangeState)(nil),                   // 68: canopy.RangeState
+	(*SplitCommand)(nil),                 // 69: canopy.SplitCommand
+	(*MetaUpdateCommand)(nil),            // 70: canopy.MetaUpdateCommand
+	(*AllocRangeIDCommand)(nil),          // 71: canopy.AllocRangeIDCommand
+	(*CASBoundCommand)(nil),              // 72: canopy.CASBoundCommand
+	(*ChangeReplicasCommand)(nil),        // 73: canopy.ChangeReplicasCommand
+	(*AddNodeRequest)(nil),               // 74: canopy.AddNodeRequest
+	(*AddNodeResponse)(nil),              // 75: canopy.AddNodeResponse
+	(*ChangeMembershipRequest)(nil),      // 76: canopy.ChangeMembershipRequest
+	(*ChangeMembershipResponse)(nil),     // 77: canopy.ChangeMembershipResponse
+	(*MembersRequest)(nil),               // 78: canopy.MembersRequest
+	(*MemberInfo)(nil),                   // 79: canopy.MemberInfo
+	(*MembersResponse)(nil),              // 80: canopy.MembersResponse
+	(*TxnSwitches)(nil),                  // 81: canopy.TxnSwitches
+	(ReplicaType)(0),                     // 82: canopy.ReplicaType
+	(*PlainScanRequest)(nil),             // 83: canopy.PlainScanRequest
+	(*PlainScanResponse)(nil),            // 84: canopy.PlainScanResponse
+	(*FollowerProgress)(nil),             // 85: canopy.FollowerProgress
+	(*AddNodeCommand)(nil),               // 86: canopy.AddNodeCommand
+	(*SetMembershipCommand)(nil),         // 87: canopy.SetMembershipCommand
+	(NodeMembership)(0),                  // 88: canopy.NodeMembership
+	(*NodeRecord)(nil),                   // 89: canopy.NodeRecord
 }
 var file_canopy_proto_depIdxs = []int32{
-	81,  // 0: canopy.ReplicaDescriptor.type:type_name -> canopy.ReplicaType
+	82,  // 0: canopy.ReplicaDescriptor.type:type_name -> canopy.ReplicaType
 	1,   // 1: canopy.RangeDescriptor.replicas:type_name -> canopy.ReplicaDescriptor
 	0,   // 2: canopy.Error.code:type_name -> canopy.ErrorCode
 	6,   // 3: canopy.Error.intents:type_name -> canopy.Intent
@@ -5818,7 +5925,7 @@ var file_canopy_proto_depIdxs = []int32{
 	29,  // 23: canopy.RequestUnion.commit_one_pc:type_name -> canopy.CommitOnePCRequest
 	32,  // 24: canopy.RequestUnion.query_one_pc:type_name -> canopy.QueryOnePCRequest
 	34,  // 25: canopy.RequestUnion.recover_intent:type_name -> canopy.RecoverIntentRequest
-	82,  // 26: canopy.RequestUnion.plain_scan:type_name -> canopy.PlainScanRequest
+	83,  // 26: canopy.RequestUnion.plain_scan:type_name -> canopy.PlainScanRequest
 	36,  // 27: canopy.RequestUnion.prepare:type_name -> canopy.PrepareRequest
 	10,  // 28: canopy.ResponseUnion.get:type_name -> canopy.GetResponse
 	12,  // 29: canopy.ResponseUnion.scan:type_name -> canopy.ScanResponse
@@ -5833,7 +5940,7 @@ var file_canopy_proto_depIdxs = []int32{
 	31,  // 38: canopy.ResponseUnion.commit_one_pc:type_name -> canopy.CommitOnePCResponse
 	33,  // 39: canopy.ResponseUnion.query_one_pc:type_name -> canopy.QueryOnePCResponse
 	35,  // 40: canopy.ResponseUnion.recover_intent:type_name -> canopy.RecoverIntentResponse
-	83,  // 41: canopy.ResponseUnion.plain_scan:type_name -> canopy.PlainScanResponse
+	84,  // 41: canopy.ResponseUnion.plain_scan:type_name -> canopy.PlainScanResponse
 	37,  // 42: canopy.ResponseUnion.prepare:type_name -> canopy.PrepareResponse
 	38,  // 43: canopy.BatchRequest.requests:type_name -> canopy.RequestUnion
 	4,   // 44: canopy.BatchResponse.error:type_name -> canopy.Error
@@ -5842,80 +5949,81 @@ var file_canopy_proto_depIdxs = []int32{
 	2,   // 47: canopy.RangeLookupResponse.range:type_name -> canopy.RangeDescriptor
 	3,   // 48: canopy.RangeLookupResponse.nodes:type_name -> canopy.NodeDescriptor
 	4,   // 49: canopy.TimestampResponse.error:type_name -> canopy.Error
-	4,   // 50: canopy.ClusterInfoResponse.error:type_name -> canopy.Error
-	46,  // 51: canopy.ClusterInfoResponse.settings:type_name -> canopy.ClusterSettings
-	3,   // 52: canopy.ClusterInfoResponse.nodes:type_name -> canopy.NodeDescriptor
-	46,  // 53: canopy.BootstrapRequest.settings:type_name -> canopy.ClusterSettings
-	4,   // 54: canopy.BootstrapResponse.error:type_name -> canopy.Error
-	46,  // 55: canopy.BootstrapResponse.settings:type_name -> canopy.ClusterSettings
-	4,   // 56: canopy.SplitResponse.error:type_name -> canopy.Error
-	2,   // 57: canopy.SplitResponse.left:type_name -> canopy.RangeDescriptor
-	2,   // 58: canopy.SplitResponse.right:type_name -> canopy.RangeDescriptor
-	2,   // 59: canopy.RangeStatus.range:type_name -> canopy.RangeDescriptor
-	84,  // 60: canopy.RangeStatus.followers:type_name -> canopy.FollowerProgress
-	53,  // 61: canopy.NodeStatusResponse.ranges:type_name -> canopy.RangeStatus
-	56,  // 62: canopy.RaftMessageBatch.messages:type_name -> canopy.RaftMessage
-	3,   // 63: canopy.JoinRequest.nodes:type_name -> canopy.NodeDescriptor
-	46,  // 64: canopy.JoinRequest.settings:type_name -> canopy.ClusterSettings
-	2,   // 65: canopy.JoinRequest.ranges:type_name -> canopy.RangeDescriptor
-	7,   // 66: canopy.JoinRequest.initial_data:type_name -> canopy.KeyValue
-	4,   // 67: canopy.JoinResponse.error:type_name -> canopy.Error
-	65,  // 68: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
-	4,   // 69: canopy.ProposeResponse.error:type_name -> canopy.Error
-	40,  // 70: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
-	68,  // 71: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
-	69,  // 72: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
-	70,  // 73: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
-	71,  // 74: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
-	66,  // 75: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
-	85,  // 76: canopy.RaftCommand.add_node:type_name -> canopy.AddNodeCommand
-	86,  // 77: canopy.RaftCommand.set_membership:type_name -> canopy.SetMembershipCommand
-	2,   // 78: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
-	2,   // 79: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
-	2,   // 80: canopy.ChangeReplicasCommand.desc:type_name -> canopy.RangeDescriptor
-	4,   // 81: canopy.AddNodeResponse.error:type_name -> canopy.Error
-	59,  // 82: canopy.AddNodeResponse.join:type_name -> canopy.JoinRequest
-	87,  // 83: canopy.ChangeMembershipRequest.membership:type_name -> canopy.NodeMembership
-	4,   // 84: canopy.ChangeMembershipResponse.error:type_name -> canopy.Error
-	88,  // 85: canopy.ChangeMembershipResponse.node:type_name -> canopy.NodeRecord
-	88,  // 86: canopy.MemberInfo.node:type_name -> canopy.NodeRecord
-	4,   // 87: canopy.MembersResponse.error:type_name -> canopy.Error
-	78,  // 88: canopy.MembersResponse.members:type_name -> canopy.MemberInfo
-	40,  // 89: canopy.KV.Batch:input_type -> canopy.BatchRequest
-	42,  // 90: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
-	44,  // 91: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
-	47,  // 92: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
-	51,  // 93: canopy.KV.Split:input_type -> canopy.SplitRequest
-	54,  // 94: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
-	49,  // 95: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
-	73,  // 96: canopy.KV.AddNode:input_type -> canopy.AddNodeRequest
-	75,  // 97: canopy.KV.ChangeMembership:input_type -> canopy.ChangeMembershipRequest
-	77,  // 98: canopy.KV.Members:input_type -> canopy.MembersRequest
-	57,  // 99: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
-	57,  // 100: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
-	63,  // 101: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
-	59,  // 102: canopy.Internal.Join:input_type -> canopy.JoinRequest
-	61,  // 103: canopy.Internal.Ping:input_type -> canopy.PingRequest
-	41,  // 104: canopy.KV.Batch:output_type -> canopy.BatchResponse
-	43,  // 105: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
-	45,  // 106: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
-	48,  // 107: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
-	52,  // 108: canopy.KV.Split:output_type -> canopy.SplitResponse
-	55,  // 109: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
-	50,  // 110: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
-	74,  // 111: canopy.KV.AddNode:output_type -> canopy.AddNodeResponse
-	76,  // 112: canopy.KV.ChangeMembership:output_type -> canopy.ChangeMembershipResponse
-	79,  // 113: canopy.KV.Members:output_type -> canopy.MembersResponse
-	58,  // 114: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
-	58,  // 115: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
-	64,  // 116: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
-	60,  // 117: canopy.Internal.Join:output_type -> canopy.JoinResponse
-	62,  // 118: canopy.Internal.Ping:output_type -> canopy.PingResponse
-	104, // [104:119] is the sub-list for method output_type
-	89,  // [89:104] is the sub-list for method input_type
-	89,  // [89:89] is the sub-list for extension type_name
-	89,  // [89:89] is the sub-list for extension extendee
-	0,   // [0:89] is the sub-list for field type_name
+	47,  // 50: canopy.ClusterSettings.hierarchy:type_name -> canopy.HierarchySettings
+	4,   // 51: canopy.ClusterInfoResponse.error:type_name -> canopy.Error
+	46,  // 52: canopy.ClusterInfoResponse.settings:type_name -> canopy.ClusterSettings
+	3,   // 53: canopy.ClusterInfoResponse.nodes:type_name -> canopy.NodeDescriptor
+	46,  // 54: canopy.BootstrapRequest.settings:type_name -> canopy.ClusterSettings
+	4,   // 55: canopy.BootstrapResponse.error:type_name -> canopy.Error
+	46,  // 56: canopy.BootstrapResponse.settings:type_name -> canopy.ClusterSettings
+	4,   // 57: canopy.SplitResponse.error:type_name -> canopy.Error
+	2,   // 58: canopy.SplitResponse.left:type_name -> canopy.RangeDescriptor
+	2,   // 59: canopy.SplitResponse.right:type_name -> canopy.RangeDescriptor
+	2,   // 60: canopy.RangeStatus.range:type_name -> canopy.RangeDescriptor
+	85,  // 61: canopy.RangeStatus.followers:type_name -> canopy.FollowerProgress
+	54,  // 62: canopy.NodeStatusResponse.ranges:type_name -> canopy.RangeStatus
+	57,  // 63: canopy.RaftMessageBatch.messages:type_name -> canopy.RaftMessage
+	3,   // 64: canopy.JoinRequest.nodes:type_name -> canopy.NodeDescriptor
+	46,  // 65: canopy.JoinRequest.settings:type_name -> canopy.ClusterSettings
+	2,   // 66: canopy.JoinRequest.ranges:type_name -> canopy.RangeDescriptor
+	7,   // 67: canopy.JoinRequest.initial_data:type_name -> canopy.KeyValue
+	4,   // 68: canopy.JoinResponse.error:type_name -> canopy.Error
+	66,  // 69: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
+	4,   // 70: canopy.ProposeResponse.error:type_name -> canopy.Error
+	40,  // 71: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
+	69,  // 72: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
+	70,  // 73: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
+	71,  // 74: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
+	72,  // 75: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
+	67,  // 76: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
+	86,  // 77: canopy.RaftCommand.add_node:type_name -> canopy.AddNodeCommand
+	87,  // 78: canopy.RaftCommand.set_membership:type_name -> canopy.SetMembershipCommand
+	2,   // 79: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
+	2,   // 80: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
+	2,   // 81: canopy.ChangeReplicasCommand.desc:type_name -> canopy.RangeDescriptor
+	4,   // 82: canopy.AddNodeResponse.error:type_name -> canopy.Error
+	60,  // 83: canopy.AddNodeResponse.join:type_name -> canopy.JoinRequest
+	88,  // 84: canopy.ChangeMembershipRequest.membership:type_name -> canopy.NodeMembership
+	4,   // 85: canopy.ChangeMembershipResponse.error:type_name -> canopy.Error
+	89,  // 86: canopy.ChangeMembershipResponse.node:type_name -> canopy.NodeRecord
+	89,  // 87: canopy.MemberInfo.node:type_name -> canopy.NodeRecord
+	4,   // 88: canopy.MembersResponse.error:type_name -> canopy.Error
+	79,  // 89: canopy.MembersResponse.members:type_name -> canopy.MemberInfo
+	40,  // 90: canopy.KV.Batch:input_type -> canopy.BatchRequest
+	42,  // 91: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
+	44,  // 92: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
+	48,  // 93: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
+	52,  // 94: canopy.KV.Split:input_type -> canopy.SplitRequest
+	55,  // 95: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
+	50,  // 96: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
+	74,  // 97: canopy.KV.AddNode:input_type -> canopy.AddNodeRequest
+	76,  // 98: canopy.KV.ChangeMembership:input_type -> canopy.ChangeMembershipRequest
+	78,  // 99: canopy.KV.Members:input_type -> canopy.MembersRequest
+	58,  // 100: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
+	58,  // 101: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
+	64,  // 102: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
+	60,  // 103: canopy.Internal.Join:input_type -> canopy.JoinRequest
+	62,  // 104: canopy.Internal.Ping:input_type -> canopy.PingRequest
+	41,  // 105: canopy.KV.Batch:output_type -> canopy.BatchResponse
+	43,  // 106: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
+	45,  // 107: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
+	49,  // 108: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
+	53,  // 109: canopy.KV.Split:output_type -> canopy.SplitResponse
+	56,  // 110: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
+	51,  // 111: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
+	75,  // 112: canopy.KV.AddNode:output_type -> canopy.AddNodeResponse
+	77,  // 113: canopy.KV.ChangeMembership:output_type -> canopy.ChangeMembershipResponse
+	80,  // 114: canopy.KV.Members:output_type -> canopy.MembersResponse
+	59,  // 115: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
+	59,  // 116: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
+	65,  // 117: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
+	61,  // 118: canopy.Internal.Join:output_type -> canopy.JoinResponse
+	63,  // 119: canopy.Internal.Ping:output_type -> canopy.PingResponse
+	105, // [105:120] is the sub-list for method output_type
+	90,  // [90:105] is the sub-list for method input_type
+	90,  // [90:90] is the sub-list for extension type_name
+	90,  // [90:90] is the sub-list for extension extendee
+	0,   // [0:90] is the sub-list for field type_name
 }
 
 func init() { file_canopy_proto_init() }
@@ -5965,7 +6073,7 @@ func file_canopy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_canopy_proto_rawDesc), len(file_canopy_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   80,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

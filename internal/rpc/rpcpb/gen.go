@@ -8,4 +8,4 @@
 //	go generate ./internal/rpc/rpcpb
 package rpcpb
 
-//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative canopy.proto plain_scan.proto feed.proto canopy_membership.proto
+//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative canopy.proto plain_scan.proto feed.proto canopy_membership.proto hierarchy.proto

@@ -1,0 +1,451 @@
+package kvserver
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/hierarchy"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+)
+
+// hierLoop is one goroutine owning one validator of the core: every input
+// (a part, a message, an Observe, time) goes through its inbox, and after
+// each the loop carries out the validator's Ready before it takes the
+// next, in the contract's order (internal/hierarchy doc.go):
+//
+//  1. a part's intents are in place (through Raft, under the part's
+//     latches) before the leaf's vote is in a Ready's messages
+//     (hierarchy_part.go);
+//  2. decisions are written to the status table (put-unless-exists,
+//     batched per status range by the node's client) before any message
+//     leaves; a decision that comes back otherwise (someone aborted the
+//     transaction first, or it is older than HierarchyTxnAgeMax) is what
+//     is sent instead, from then on (overrides);
+//  3. messages are routed; decisions for this node's leaf wake the
+//     answering Commit and resolve the part's intents (synchronously, so
+//     that the next part on those keys finds them resolved);
+//  4. lookups read the status table for overdue parts, and abort those
+//     older than HierarchyTxnAgeMax.
+type hierLoop struct {
+	rt   *hierRuntime
+	id   hierarchy.ValidatorID
+	leaf bool
+	in   chan hierInput
+	quit chan struct{}
+	done chan struct{}
+
+	// Owned by the loop's goroutine.
+	v *hierarchy.Validator
+	// parts (leaf): the writes of accepted parts not yet resolved, by
+	// transaction, for their resolution.
+	parts map[hierarchy.TxnID][][]byte
+	// acc is what takePart took out of the validator's Ready (to write
+	// the parts' intents under their latches) and left for carryOut.
+	acc hierarchy.Ready
+	// overrides: decisions the status table holds otherwise than the core
+	// made them; overrideOrder bounds them (oldest dropped first).
+	overrides     map[hierarchy.TxnID]hierarchy.Decision
+	overrideOrder []hierarchy.TxnID
+}
+
+type hierInput struct {
+	part    *hierPartIn
+	msg     *hierarchy.Message
+	observe uint64
+	// done, if set, is closed once the input was taken (observe).
+	done chan struct{}
+}
+
+func (rt *hierRuntime) newLoop(id hierarchy.ValidatorID) (*hierLoop, error) {
+	cfg := rt.cfg
+	cfg.ID = id
+	// A restarted leaf starts empty: its node's ranges are fenced
+	// (HierarchyLeaseFence) and its clock takes a fresh oracle timestamp
+	// before any part (updateFences); storage checks stand in for its
+	// latest versions (hierarchy_part.go).
+	v, err := hierarchy.New(cfg, hierarchy.Recovery{})
+	if err != nil {
+		return nil, err
+	}
+	l := &hierLoop{rt: rt, id: id, leaf: rt.tree.IsLeaf(id), in: make(chan hierInput, hierInboxMax),
+		quit: make(chan struct{}), done: make(chan struct{}), v: v,
+		parts: map[hierarchy.TxnID][][]byte{}, overrides: map[hierarchy.TxnID]hierarchy.Decision{}}
+	v.Tick(rt.now())
+	go l.run()
+	return l, nil
+}
+
+func (l *hierLoop) stop() {
+	select {
+	case <-l.quit:
+	default:
+		close(l.quit)
+	}
+	<-l.done
+}
+
+// offer queues an input without waiting; false if the inbox is full or
+// the loop stopped.
+func (l *hierLoop) offer(in hierInput) bool {
+	select {
+	case <-l.quit:
+		return false
+	default:
+	}
+	select {
+	case l.in <- in:
+		return true
+	default:
+		return false
+	}
+}
+
+// submit queues an input, waiting for room within ctx.
+func (l *hierLoop) submit(ctx context.Context, in hierInput) error {
+	select {
+	case l.in <- in:
+		return nil
+	case <-l.quit:
+		return errors.New("hierarchy: validator stopped")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// observe has the leaf observe ts and returns once it has.
+func (l *hierLoop) observe(ctx context.Context, ts uint64) error {
+	done := make(chan struct{})
+	if err := l.submit(ctx, hierInput{observe: ts, done: done}); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-l.quit:
+		return errors.New("hierarchy: validator stopped")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *hierLoop) run() {
+	defer close(l.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if d, ok := l.v.NextDeadline(); ok {
+			timer.Reset(max(d-l.rt.now(), 0))
+		} else {
+			timer.Reset(time.Hour)
+		}
+		select {
+		case <-l.quit:
+			return
+		case in := <-l.in:
+			// One input, then its Ready (the contract: carried out before
+			// the next input touching the same keys). Batching is the
+			// core's (Config.ValidatorBatch, NodeBatch) and the status
+			// writes' (coalesced per status range).
+			l.take(in)
+		case <-timer.C:
+		}
+		l.v.Tick(l.rt.now())
+		l.carryOut()
+		l.rt.publish(l.id, l.v.Counts(), l.v.PendingCount())
+	}
+}
+
+// take applies one input to the validator (a part carries out its own
+// first step under its latches).
+func (l *hierLoop) take(in hierInput) {
+	switch {
+	case in.part != nil:
+		l.takePart(in.part) // hierarchy_part.go
+	case in.msg != nil:
+		if err := l.v.Step(*in.msg); err != nil {
+			l.rt.n.log.Warn("hierarchy: message refused", "validator", l.id, "err", err)
+		}
+	case in.observe != 0:
+		l.v.Observe(in.observe)
+	}
+	if in.done != nil {
+		close(in.done)
+	}
+}
+
+// carryOut does what the validator's Ready asks, until it asks nothing
+// (a lookup may produce a decision, which produces a Ready).
+func (l *hierLoop) carryOut() {
+	for round := 0; round < 4 && (l.v.HasReady() || !l.acc.Empty()); round++ {
+		rd := mergeReady(l.acc, l.v.Ready())
+		l.acc = hierarchy.Ready{}
+		// Parts: made durable with their intents in takePart.
+		if !l.persist(rd.Decisions) {
+			// Not durable: nothing that depends on them may leave.
+			rd.Messages, rd.Resolve = l.withoutUndecided(rd)
+		}
+		l.patch(&rd)
+		l.rt.route(rd.Messages)
+		l.resolve(rd.Resolve)
+		l.lookup(rd.Lookups)
+	}
+}
+
+// persist records decisions in the status table; false if some could not
+// be written (those are taken out of the overrides as "undecided" by
+// withoutUndecided).
+func (l *hierLoop) persist(ds []hierarchy.Decision) bool {
+	if len(ds) == 0 {
+		return true
+	}
+	want := make([]client.TxnDecision, len(ds))
+	for i, d := range ds {
+		c := d.Commit && !tooOld(d.Txn)
+		if d.Commit && !c {
+			l.rt.metrics.add(&l.rt.metrics.agedAborts, 1)
+		}
+		want[i] = client.TxnDecision{StartTs: uint64(d.Txn), Committed: c, CommitTs: d.TS}
+		if !c {
+			want[i].CommitTs = 0
+		}
+	}
+	ctx, cancel := context.WithTimeout(l.rt.n.stopCtx, l.rt.n.cfg.RequestTimeout)
+	defer cancel()
+	held, recorded, err := l.rt.db.DecideTxns(ctx, want)
+	ok := true
+	for i, d := range ds {
+		if !recorded[i] {
+			ok = false
+			l.override(hierarchy.Decision{Txn: d.Txn}, true)
+			continue
+		}
+		h := hierarchy.Decision{Txn: d.Txn, Commit: held[i].Committed}
+		if h.Commit {
+			h.TS = held[i].CommitTs
+		}
+		if h != d {
+			l.rt.metrics.add(&l.rt.metrics.overridden, 1)
+			l.override(h, false)
+		}
+	}
+	if err != nil {
+		l.rt.n.log.Warn("hierarchy: decisions not recorded; not told", "validator", l.id, "err", err)
+	}
+	return ok
+}
+
+// undecidedMark marks an override entry whose decision is not durable.
+const undecidedMark = ^uint64(0)
+
+func (l *hierLoop) override(d hierarchy.Decision, undecided bool) {
+	if undecided {
+		d = hierarchy.Decision{Txn: d.Txn, TS: undecidedMark}
+	}
+	if _, ok := l.overrides[d.Txn]; !ok {
+		l.overrideOrder = append(l.overrideOrder, d.Txn)
+	}
+	l.overrides[d.Txn] = d
+	for len(l.overrideOrder) > hierOverridesMax {
+		delete(l.overrides, l.overrideOrder[0])
+		l.overrideOrder = l.overrideOrder[1:]
+	}
+}
+
+// withoutUndecided drops the messages and resolutions of decisions that
+// are not durable: the leaves vote again after ResendAfter and the
+// decider decides again (the same way: a decision is a function of the
+// votes).
+func (l *hierLoop) withoutUndecided(rd hierarchy.Ready) ([]hierarchy.Message, []hierarchy.Decision) {
+	undecided := func(t hierarchy.TxnID) bool {
+		o, ok := l.overrides[t]
+		return ok && o.TS == undecidedMark
+	}
+	var msgs []hierarchy.Message
+	for _, m := range rd.Messages {
+		switch m.Kind {
+		case hierarchy.MsgResult:
+			if undecided(m.Result.Txn) {
+				continue
+			}
+		case hierarchy.MsgDecisions:
+			var ds []hierarchy.Decision
+			for _, d := range m.Decisions {
+				if !undecided(d.Txn) {
+					ds = append(ds, d)
+				}
+			}
+			if len(ds) == 0 {
+				continue
+			}
+			m.Decisions = ds
+		}
+		msgs = append(msgs, m)
+	}
+	var res []hierarchy.Decision
+	for _, d := range rd.Resolve {
+		if !undecided(d.Txn) {
+			res = append(res, d)
+		}
+	}
+	for t, o := range l.overrides {
+		if o.TS == undecidedMark {
+			delete(l.overrides, t)
+		}
+	}
+	return msgs, res
+}
+
+// patch replaces decisions the status table holds otherwise.
+func (l *hierLoop) patch(rd *hierarchy.Ready) {
+	if len(l.overrides) == 0 {
+		return
+	}
+	fix := func(d hierarchy.Decision) hierarchy.Decision {
+		if o, ok := l.overrides[d.Txn]; ok && o.TS != undecidedMark {
+			return o
+		}
+		return d
+	}
+	for i := range rd.Messages {
+		m := &rd.Messages[i]
+		switch m.Kind {
+		case hierarchy.MsgResult:
+			m.Result = fix(m.Result)
+		case hierarchy.MsgDecisions:
+			ds := make([]hierarchy.Decision, len(m.Decisions))
+			for j, d := range m.Decisions {
+				ds[j] = fix(d)
+			}
+			m.Decisions = ds
+		}
+	}
+	for i := range rd.Resolve {
+		rd.Resolve[i] = fix(rd.Resolve[i])
+	}
+}
+
+// resolve ends this node's parts: the answering Commit learns the
+// decision, and the part's intents are resolved (committed at the
+// decision's timestamp, or removed).
+func (l *hierLoop) resolve(ds []hierarchy.Decision) {
+	for _, d := range ds {
+		l.rt.notify(d)
+		ks := l.parts[d.Txn]
+		delete(l.parts, d.Txn)
+		if len(ks) == 0 {
+			continue
+		}
+		commitTs := uint64(0)
+		if d.Commit {
+			commitTs = d.TS
+		}
+		ctx, cancel := context.WithTimeout(l.rt.n.stopCtx, l.rt.n.cfg.RequestTimeout)
+		err := l.rt.db.ResolveTxnIntents(ctx, uint64(d.Txn), commitTs, ks)
+		cancel()
+		if err != nil {
+			// Readers resolve them by the status table meanwhile.
+			l.rt.n.log.Warn("hierarchy: resolving intents failed", "txn", d.Txn, "err", err)
+		}
+	}
+}
+
+// lookup reads the status table for overdue parts: a decided one is
+// applied; one older than HierarchyTxnAgeMax is aborted first (its
+// decider will not commit it any more, and its vote may be lost for good
+// with a dead leaf).
+func (l *hierLoop) lookup(txns []hierarchy.TxnID) {
+	if len(txns) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(l.rt.n.stopCtx, l.rt.n.cfg.RequestTimeout)
+	defer cancel()
+	starts := make([]uint64, len(txns))
+	for i, t := range txns {
+		starts[i] = uint64(t)
+	}
+	decided, err := l.rt.db.LookupTxns(ctx, starts)
+	if err != nil {
+		l.rt.n.log.Warn("hierarchy: status lookup failed", "err", err)
+		return
+	}
+	var abort []client.TxnDecision
+	for _, t := range txns {
+		c, ok := decided[uint64(t)]
+		switch {
+		case ok:
+			l.v.Decided(hierarchy.Decision{Txn: t, Commit: c != 0, TS: c})
+		case tooOld(t):
+			abort = append(abort, client.TxnDecision{StartTs: uint64(t)})
+		}
+	}
+	if len(abort) == 0 {
+		return
+	}
+	held, recorded, err := l.rt.db.DecideTxns(ctx, abort)
+	for i, h := range held {
+		if recorded[i] {
+			l.rt.metrics.add(&l.rt.metrics.agedAborts, 1)
+			l.v.Decided(hierarchy.Decision{Txn: hierarchy.TxnID(h.StartTs), Commit: h.Committed, TS: h.CommitTs})
+		}
+	}
+	if err != nil {
+		l.rt.n.log.Warn("hierarchy: aborting overdue transactions failed", "err", err)
+	}
+}
+
+// hierDecisionProto and back.
+func hierDecisionToProto(d hierarchy.Decision) *rpcpb.HierDecision {
+	return &rpcpb.HierDecision{Txn: uint64(d.Txn), Commit: d.Commit, Ts: d.TS}
+}
+
+func hierDecisionFromProto(d *rpcpb.HierDecision) hierarchy.Decision {
+	return hierarchy.Decision{Txn: hierarchy.TxnID(d.GetTxn()), Commit: d.GetCommit(), TS: d.GetTs()}
+}
+
+func hierMessageToProto(m hierarchy.Message) *rpcpb.HierMessage {
+	p := &rpcpb.HierMessage{Kind: uint32(m.Kind), From: int32(m.From), To: int32(m.To), Node: uint64(m.Node),
+		Client: uint64(m.Client), Watermark: m.Watermark, Ts: m.TS, Result: hierDecisionToProto(m.Result)}
+	for _, v := range m.Votes {
+		pv := &rpcpb.HierVote{Txn: uint64(v.Txn), Client: uint64(v.Client), Snapshot: v.Snapshot, Ok: v.OK, Ts: v.TS, Steps: v.Steps}
+		for _, nd := range v.Nodes {
+			pv.Nodes = append(pv.Nodes, uint64(nd))
+		}
+		p.Votes = append(p.Votes, pv)
+	}
+	for _, d := range m.Decisions {
+		p.Decisions = append(p.Decisions, hierDecisionToProto(d))
+	}
+	return p
+}
+
+func hierMessageFromProto(p *rpcpb.HierMessage) hierarchy.Message {
+	m := hierarchy.Message{Kind: hierarchy.MsgKind(p.GetKind()), From: hierarchy.ValidatorID(p.GetFrom()), To: hierarchy.ValidatorID(p.GetTo()),
+		Node: hierarchy.NodeID(p.GetNode()), Client: hierarchy.ClientID(p.GetClient()), Watermark: p.GetWatermark(), TS: p.GetTs()}
+	if p.Result != nil {
+		m.Result = hierDecisionFromProto(p.Result)
+	}
+	for _, pv := range p.GetVotes() {
+		v := hierarchy.Vote{Txn: hierarchy.TxnID(pv.GetTxn()), Client: hierarchy.ClientID(pv.GetClient()), Snapshot: pv.GetSnapshot(),
+			OK: pv.GetOk(), TS: pv.GetTs(), Steps: pv.GetSteps()}
+		for _, nd := range pv.GetNodes() {
+			v.Nodes = append(v.Nodes, hierarchy.NodeID(nd))
+		}
+		m.Votes = append(m.Votes, v)
+	}
+	for _, d := range p.GetDecisions() {
+		m.Decisions = append(m.Decisions, hierDecisionFromProto(d))
+	}
+	return m
+}
+
+// mergeReady appends b to a, in order.
+func mergeReady(a, b hierarchy.Ready) hierarchy.Ready {
+	a.Parts = append(a.Parts, b.Parts...)
+	a.Decisions = append(a.Decisions, b.Decisions...)
+	a.Messages = append(a.Messages, b.Messages...)
+	a.Resolve = append(a.Resolve, b.Resolve...)
+	a.Lookups = append(a.Lookups, b.Lookups...)
+	return a
+}
