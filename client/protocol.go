@@ -23,8 +23,7 @@ const (
 	// baseline.
 	Protocol2PCLocking Protocol = Protocol(commitprotocol.TwoPCLocking)
 	// ProtocolHierarchyLocking, ProtocolHierarchyTimestamps: hierarchical
-	// deferred validation (seed 004). Not built yet: a transaction that
-	// names one fails with *ProtocolError.
+	// deferred validation (seed 004; txn_hierarchy.go).
 	ProtocolHierarchyLocking    Protocol = Protocol(commitprotocol.HierarchyLocking)
 	ProtocolHierarchyTimestamps Protocol = Protocol(commitprotocol.HierarchyTimestamps)
 )

@@ -21,9 +21,8 @@ const (
 // All lists every protocol, built or not, in the order help texts give.
 var All = []Name{Default, TwoPCLocking, HierarchyLocking, HierarchyTimestamps}
 
-// built says which protocols exist on both sides. The hierarchy slots are
-// filled by the work that wires internal/hierarchy into the server and the
-// client; until then init refuses them.
+// built says which protocols exist on both sides (init refuses the
+// others).
 var built = map[Name]bool{Default: true, TwoPCLocking: true, HierarchyLocking: true, HierarchyTimestamps: true}
 
 // ErrUnknown is returned by Parse for a name that is not a protocol, and

@@ -20,8 +20,9 @@
 //     (docs/design-notes.md, "The 2PC + locking baseline").
 //   - HierarchyLocking, HierarchyTimestamps: the thesis's hierarchical
 //     deferred validation (seed 004, internal/hierarchy), lock-based and
-//     timestamp-based. Named slots: not built yet (Built reports false, and
-//     init refuses them).
+//     timestamp-based (internal/kvserver hierarchy*.go, client
+//     txn_hierarchy.go; docs/design-notes.md, "The hierarchical protocol
+//     in kvserver and the client").
 //
 // # Contract (every protocol, both sides)
 //

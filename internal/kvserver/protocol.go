@@ -25,8 +25,8 @@ import (
 //  3. mark it built in commitprotocol (then init accepts it) once the
 //     client side exists too.
 //
-// The hierarchy slots are nil: a store whose settings name one (which init
-// refuses) serves no transactional request until they are filled.
+// The hierarchy protocols' server side is hierarchyServerProtocol
+// (hierarchy.go); their validators are started by hierManage.
 
 // serverProtocol is what a commit protocol does at a node.
 type serverProtocol interface {
