@@ -88,9 +88,14 @@ const (
 	opRecover    // the committer: recover our own STAGING record (ts; proofs: the writes)
 	// Recovery (recovery.go) to dbRecovery: RecoverIntent of each write.
 	opRecoverIntents
+	// 2pc-locking (txn_twopc.go): the first phase (writes; keys: the
+	// keys read with a lock) and the second (ts: the decision; keys:
+	// every key written or read).
+	opPrepare
+	opResolveKeys
 )
 
-var opNames = [...]string{"?", "get", "scan", "write", "commit", "abort", "prove", "timestamp", "refresh", "put-status", "get-status", "commit-1pc", "1pc", "query-1pc", "put-staging", "recover", "recover-intents"}
+var opNames = [...]string{"?", "get", "scan", "write", "commit", "abort", "prove", "timestamp", "refresh", "put-status", "get-status", "commit-1pc", "1pc", "query-1pc", "put-staging", "recover", "recover-intents", "prepare", "resolve-keys"}
 
 func (o txnOp) String() string {
 	if int(o) < len(opNames) {
@@ -121,8 +126,14 @@ type txnReq struct {
 	// ts: refresh (the commit timestamp to refresh to); put-status (the
 	// status to write: a commit timestamp, or txnstatus.Aborted).
 	ts uint64
-	// writes: commit-1pc, 1pc (logical keys, in order, each key once).
+	// writes: commit-1pc, 1pc, prepare (logical keys, in order, each key
+	// once).
 	writes []Write
+	// lock: get, sent by 2pc-locking's coordinator: take a shared lock
+	// and read the latest committed value.
+	lock bool
+	// keys: prepare (the keys read with a lock), resolve-keys.
+	keys [][]byte
 }
 
 // String is the request as step tests print it.
@@ -132,6 +143,29 @@ func (r *txnReq) String() string {
 	switch r.op {
 	case opGet:
 		fmt.Fprintf(&b, " %s", printable(r.key))
+		if r.lock {
+			b.WriteString(" lock")
+		}
+	case opPrepare:
+		for _, w := range r.writes {
+			if w.Delete {
+				fmt.Fprintf(&b, " %s=<delete>", printable(w.Key))
+			} else {
+				fmt.Fprintf(&b, " %s=%s", printable(w.Key), printable(w.Value))
+			}
+		}
+		for _, k := range r.keys {
+			fmt.Fprintf(&b, " read=%s", printable(k))
+		}
+	case opResolveKeys:
+		if r.ts == txnstatus.Aborted {
+			b.WriteString(" aborted")
+		} else {
+			fmt.Fprintf(&b, " at %d", r.ts)
+		}
+		for _, k := range r.keys {
+			fmt.Fprintf(&b, " %s", printable(k))
+		}
 	case opScan:
 		fmt.Fprintf(&b, " [%s, %s)", printable(r.key), printable(r.end))
 		if r.limit > 0 {

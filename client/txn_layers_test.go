@@ -28,7 +28,7 @@ import (
 //	                     sequencer, pipeliner [pipelining=off]
 //	                     [budget=<bytes>] [parallel], committer,
 //	                     refresher [iso=snapshot] [max=<n>], recovery
-//	                     commit=<ts> writes=k,k
+//	                     commit=<ts> writes=k,k, twopc
 //	script               each input line queues one reply of the fake
 //	                     lower layer: <op> [key=<k>] [err=<kind>]
 //	                     [value=<v>] [kvs=k:v,...] [ts=<n>] [lost]
@@ -632,6 +632,37 @@ func (h *stepHarness) build(t *testing.T, d *datadriven.TestData) {
 			}
 			return fmt.Sprintf("in flight: [%s], budget used %d of %d; stats: %d pipelined, %d stalls, %d failed",
 				strings.Join(ws, " "), p.mu.bytes, p.bytesMax, st.pipelinedWrites.load(), st.pipelineStalls.load(), st.pipelinedWritesFailed.load())
+		}
+	case "twopc":
+		// The Txn's side, faked: the lock set (the write set lives in
+		// Txn, above the layer, so the fake's cleanup keys are the lock
+		// set alone).
+		var locks []string
+		resolved := false
+		c := newTwoPCCoordinator(lower, twoPCTxn{
+			addLock: func(k []byte) error {
+				h.log.add("lock set + %s", k)
+				locks = append(locks, string(k))
+				return nil
+			},
+			cleanupKeys: func() [][]byte {
+				var ks [][]byte
+				for _, k := range locks {
+					ks = append(ks, []byte(k))
+				}
+				return ks
+			},
+			resolved: func() { resolved = true },
+		})
+		h.layer = c
+		h.state = func() string {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			var reads []string
+			for _, k := range c.mu.reads {
+				reads = append(reads, string(k))
+			}
+			return fmt.Sprintf("buffered writes %v; locked reads %v; prepared=%v; second phase done=%v", c.mu.order, reads, c.mu.prepared, resolved)
 		}
 	default:
 		t.Fatalf("unknown layer %q", d.CmdArgs[0].Key)

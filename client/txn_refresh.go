@@ -42,8 +42,12 @@ func newSpanRefresher(next txnLayer, serializable bool, readSpansMax int) *txnSp
 func (f *txnSpanRefresher) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 	switch r.op {
 	case opGet:
-		if err := f.record(&rpcpb.Span{Start: r.key}); err != nil {
-			return nil, err
+		// A locking read (2pc-locking) holds its lock until the decision:
+		// nothing to refresh.
+		if !r.lock {
+			if err := f.record(&rpcpb.Span{Start: r.key}); err != nil {
+				return nil, err
+			}
 		}
 	case opScan:
 		resp, err := f.next.send(ctx, r)

@@ -34,6 +34,9 @@ import (
 //     that does not decode is ErrInternal with errBadStatus.
 //   - opOnePC, opQueryOnePC: the one-phase commit and the settling of its
 //     lost reply (txn_onepc.go).
+//   - opGet with lock, opPrepare, opResolveKeys: 2pc-locking's locking
+//     read, first phase (one Prepare per range, in parallel) and second
+//     phase (txn_twopc.go).
 //   - opPutStaging: put-unless-exists of the STAGING record; won, or
 //     fenced by a reader. opRecover: recovery of our own STAGING record
 //     (recovery.go).
@@ -48,6 +51,9 @@ func (w *txnWire) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 	db := t.db
 	switch r.op {
 	case opGet:
+		if r.lock {
+			return w.lockingGet(ctx, r.key) // txn_twopc.go
+		}
 		g, err := db.get(ctx, r.key, t.startTs, t.startTs, t.waiter())
 		if err != nil {
 			return nil, err
@@ -64,6 +70,10 @@ func (w *txnWire) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 		return &txnResp{kvs: kvs}, nil
 	case opWrite:
 		return &txnResp{}, w.write(ctx, r)
+	case opPrepare:
+		return &txnResp{}, w.prepare(ctx, r.writes, r.keys) // txn_twopc.go
+	case opResolveKeys:
+		return &txnResp{}, db.resolveKeys(ctx, t.startTs, r.ts, r.keys)
 	case opProve:
 		return w.prove(ctx, r.proofs)
 	case opTimestamp:
