@@ -169,10 +169,10 @@ func (c *twoPCCoordinator) send(ctx context.Context, r *txnReq) (*txnResp, error
 // every lock is released), one ResolveIntent batch per range, in
 // parallel, before the client is answered, as the thesis's coordinator
 // waits for its participants' acknowledgements. Releasing the locks at
-// once, rather than through the asynchronous resolver, shortens the time
-// others wait for them (measured: about twice the throughput at 25 and 100
-// clients of canopy bench hierarchy). If it fails, Txn's aftermath
-// resolves them asynchronously instead (resolution is idempotent).
+// once, rather than through the asynchronous resolver (whose queue lags
+// under load), shortens the time others wait for them. If it fails, Txn's
+// aftermath resolves them asynchronously instead (resolution is
+// idempotent).
 func (c *twoPCCoordinator) commitPhase(ctx context.Context, commitTs uint64) {
 	if _, err := c.next.send(ctx, &txnReq{op: opResolveKeys, ts: commitTs, keys: c.txn.cleanupKeys()}); err == nil {
 		c.txn.resolved()

@@ -61,7 +61,9 @@ this process, the user keyspace split into 8 ranges, one led by each node
 loaded with --objects objects of 1,000 bytes. Then, for each --clients
 count, closed-loop clients run transactions of 8 updates (a read then a
 write of one uniformly chosen object) each on a different node, for
---warmup then --duration.
+--warmup then --duration. Every cluster is started and loaded first, then
+the points are interleaved: each client count runs on every system in turn,
+so that other work on the machine weighs on the systems alike.
 
 Every client RPC is delayed by --one-way-delay before it is sent and again
 before its reply returns (the thesis's clients ran on their own machines);
@@ -165,13 +167,39 @@ func runBenchHierarchy(ctx context.Context, o benchHierarchyOptions, command str
 		"transactions of %d updates (read then write), each on a different node; closed-loop clients %v; one-way delay %v per link; "+
 		"each point %v after %v of warm-up\n\n",
 		hierbench.Nodes, o.rf, o.objects, hierbench.ValueBytes, hierbench.UpdatesPerTxn, o.clients, o.oneWay, o.limits.Duration, o.limits.Warmup)
-	var points []hierbench.Point
+	// Every system's cluster is started and loaded first; then the points
+	// are interleaved (each client count on every system in turn), so that
+	// the load of other work on the machine, which drifts over minutes,
+	// weighs on the systems alike and their ratios mean something.
+	var runs []*hierarchyRun
+	defer func() {
+		for _, r := range runs {
+			r.close()
+		}
+	}()
 	for _, s := range systems {
-		ps, err := runHierarchySystem(ctx, o, s)
-		points = append(points, ps...)
+		r, err := startHierarchySystem(ctx, o, s)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.Name, err)
 		}
+		runs = append(runs, r)
+	}
+	byPoint := make([][]hierbench.Point, len(runs))
+	for _, n := range o.clients {
+		for i, r := range runs {
+			r.delayer.SetOneWay(o.oneWay)
+			p, err := r.runner.Run(ctx, r.system.Name, n, o.limits)
+			r.delayer.SetOneWay(0)
+			if err != nil {
+				return fmt.Errorf("%s at %d clients: %w", r.system.Name, n, err)
+			}
+			fmt.Fprintf(os.Stderr, "%s, %d clients: %.1f txn/s, mean %.1f ms\n", r.system.Name, n, p.Throughput(), hierbench.Ms(p.Mean))
+			byPoint[i] = append(byPoint[i], p)
+		}
+	}
+	var points []hierbench.Point
+	for _, ps := range byPoint {
+		points = append(points, ps...)
 	}
 	fmt.Println("Throughput and latency vs clients (thesis figures 4.1/4.4 with validation off, 4.8/4.9 on; here validation is always on)")
 	fmt.Println()
@@ -194,8 +222,16 @@ func runBenchHierarchy(ctx context.Context, o benchHierarchyOptions, command str
 	return nil
 }
 
-// runHierarchySystem starts a cluster for s, loads it and runs every point.
-func runHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbench.System) ([]hierbench.Point, error) {
+// hierarchyRun is one system's cluster, loaded, and its runner.
+type hierarchyRun struct {
+	system  hierbench.System
+	runner  *hierbench.Runner
+	delayer *hierbench.Delayer
+	close   func()
+}
+
+// startHierarchySystem starts a cluster for s and loads it.
+func startHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbench.System) (*hierarchyRun, error) {
 	fmt.Fprintf(os.Stderr, "%s: starting %d nodes...\n", s.Name, hierbench.Nodes)
 	dir := ""
 	if o.dir != "" {
@@ -213,7 +249,14 @@ func runHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbenc
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
+	run := &hierarchyRun{system: s, delayer: &hierbench.Delayer{}}
+	var dbs []*client.DB
+	run.close = func() {
+		for _, db := range dbs {
+			_ = db.Close()
+		}
+		c.Close()
+	}
 	for i := 0; i < hierbench.Nodes; i++ {
 		for j := 0; j < hierbench.Nodes; j++ {
 			if i != j {
@@ -221,16 +264,14 @@ func runHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbenc
 			}
 		}
 	}
-	d := &hierbench.Delayer{}
-	dbs := make([]*client.DB, o.dbConns)
-	for i := range dbs {
+	for i := 0; i < o.dbConns; i++ {
 		db, err := client.Open(ctx, c.Addrs(), client.WithOptions(client.Options{TxnAttemptsMax: 100}),
-			client.WithDialOptions(grpc.WithChainUnaryInterceptor(d.Interceptor())))
+			client.WithDialOptions(grpc.WithChainUnaryInterceptor(run.delayer.Interceptor())))
 		if err != nil {
+			run.close()
 			return nil, err
 		}
-		defer db.Close()
-		dbs[i] = db
+		dbs = append(dbs, db)
 	}
 	k := hierbench.Keyspace{Objects: o.objects}
 	start := time.Now()
@@ -238,19 +279,10 @@ func runHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbenc
 	if err := hierbench.Load(ctx, dbs[0], k, o.loadPar, func(n int) {
 		fmt.Fprintf(os.Stderr, "\r  %d objects", n)
 	}); err != nil {
+		run.close()
 		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "\r%s: loaded in %v\n", s.Name, time.Since(start).Round(time.Second))
-	d.SetOneWay(o.oneWay)
-	r := &hierbench.Runner{DBs: dbs, Delayer: d, Keys: k, Seed: o.seed}
-	var points []hierbench.Point
-	for _, n := range o.clients {
-		p, err := r.Run(ctx, s.Name, n, o.limits)
-		if err != nil {
-			return points, err
-		}
-		fmt.Fprintf(os.Stderr, "%s, %d clients: %.1f txn/s, mean %.1f ms\n", s.Name, n, p.Throughput(), hierbench.Ms(p.Mean))
-		points = append(points, p)
-	}
-	return points, nil
+	run.runner = &hierbench.Runner{DBs: dbs, Delayer: run.delayer, Keys: k, Seed: o.seed}
+	return run, nil
 }
