@@ -187,7 +187,9 @@ func (ss *watchSession) create(r *pb.WatchCreateRequest) error {
 	start, end := dataSpan(r.Key, r.RangeEnd)
 	var fromTs uint64
 	if r.StartRevision > 0 {
-		fromTs = uint64(r.StartRevision - 1)
+		// From the start revision on; 0 would mean "from now" to
+		// client.DB.Watch, and no Canopy timestamp is as small as 1.
+		fromTs = uint64(max(r.StartRevision-1, 1))
 	}
 	wctx, cancel := context.WithCancel(ss.ctx)
 	cw, err := ss.db.Watch(wctx, client.Span{Start: start, End: end}, fromTs)
