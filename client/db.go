@@ -35,6 +35,8 @@ type DB struct {
 	// hierarchy transactions (txn_hierarchy.go): a later transaction of
 	// this client begins above it, so that it reads its own writes.
 	hierCommitted atomic.Uint64
+	// schedule is the status encoding schedule (status_schedule.go).
+	schedule statusSchedule
 
 	// ctx is the background context of the DB's goroutines (oracle RPCs,
 	// heartbeats, intent resolution); Close cancels it.
@@ -80,6 +82,7 @@ func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) 
 			return nil, err
 		}
 	}
+	db.initSchedule()
 	db.resolver = newIntentResolver(db)
 	db.statuses = newStatusCache(db.opts.StatusCacheEntriesMax)
 	db.statusWrites = newStatusWrites(db)

@@ -99,6 +99,16 @@ func (db *DB) resolveForeign(ctx context.Context, intents []*rpcpb.Intent, w wai
 		}
 		ft.keys = append(ft.keys, in.GetKey())
 	}
+	// The status encoding of every transaction met (status_schedule.go).
+	if db.schedule.enabled {
+		tss := make([]uint64, len(txns))
+		for i, ft := range txns {
+			tss[i] = ft.startTs
+		}
+		if err := db.ensureSchedule(ctx, true, tss...); err != nil {
+			return err
+		}
+	}
 	// Decisions known already (cached), then one batched look-up of the
 	// others' status records (status_lookup.go: per status range, by
 	// selective batching); only the transactions still pending wait, one

@@ -98,6 +98,11 @@ type Options struct {
 	// ResolveWorkers is the number of goroutines resolving intents after a
 	// transaction's decision. Default 4.
 	ResolveWorkers int
+	// StatusScheduleExtension is how far past a start timestamp a client
+	// extends the status encoding schedule when it must (status_schedule.go):
+	// a change of encoding takes effect within this time. Each extension
+	// writes one small record in range 1. Default 5 minutes.
+	StatusScheduleExtension time.Duration
 	// LeaveIntents: this client does not resolve the intents of its
 	// decided transactions (a parallel commit's status is still recorded);
 	// readers that meet them look the status up and resolve them. For the
@@ -255,6 +260,7 @@ func (o *Options) EnsureDefaults() {
 	setInt(&o.ResolveBatchKeysMax, 1000)
 	setInt(&o.StatusCacheEntriesMax, 65536)
 	setInt(&o.StatusLookupCrossColumnMax, 200)
+	setDur(&o.StatusScheduleExtension, 5*time.Minute)
 	setInt(&o.StatusLookupSingleQueryMax, keys.TxnKeysMax)
 	setDur(&o.AbortTimeout, 5*time.Second)
 	setDur(&o.CloseDrainMax, 5*time.Second)
@@ -279,7 +285,7 @@ func (o *Options) Validate() error {
 		"IntentWaitYoungerMax": o.IntentWaitYoungerMax, "AbortTimeout": o.AbortTimeout,
 		"CloseDrainMax": o.CloseDrainMax,
 		"LookupTimeout": o.LookupTimeout, "DialTimeout": o.DialTimeout,
-		"SettingsRefresh": o.SettingsRefresh,
+		"SettingsRefresh": o.SettingsRefresh, "StatusScheduleExtension": o.StatusScheduleExtension,
 	} {
 		if v < 0 {
 			return invalidArgf("option %s is negative (%v)", name, v)

@@ -123,7 +123,7 @@ func (r dbRecovery) send(ctx context.Context, q *txnReq) (*txnResp, error) {
 
 // stagingKey is the logical key of the staging record of startTs.
 func (db *DB) stagingKey(startTs uint64) []byte {
-	return keys.StatusKey(txnstatus.StagingKey(db.enc, startTs))
+	return keys.StatusKey(txnstatus.StagingKey(db.encOf(startTs), startTs))
 }
 
 // abortOrRecover decides a transaction with no status whose heartbeat has
@@ -185,6 +185,9 @@ type TxnStatus struct {
 // TxnStatus reads the status and staging records of the transaction that
 // started at startTs, without deciding anything (for tools and tests).
 func (db *DB) TxnStatus(ctx context.Context, startTs uint64) (TxnStatus, error) {
+	if err := db.ensureSchedule(ctx, false, startTs); err != nil {
+		return TxnStatus{}, err
+	}
 	resps, err := db.sender.sendPoints(ctx, false, []*rpcpb.RequestUnion{
 		{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{Key: db.statusKey(startTs)}}},
 		{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{Key: db.stagingKey(startTs)}}},

@@ -17,11 +17,11 @@ import (
 // instead win the race with put-unless-exists of the aborted value.
 
 // statusKey is the logical key of the status record of startTs.
-func (db *DB) statusKey(startTs uint64) []byte { return keys.StatusKey(db.enc.Key(startTs)) }
+func (db *DB) statusKey(startTs uint64) []byte { return keys.StatusKey(db.encOf(startTs).Key(startTs)) }
 
 // statusValue encodes a decision: commitTs, or txnstatus.Aborted.
 func (db *DB) statusValue(startTs, commitTs uint64) ([]byte, error) {
-	v, err := db.enc.EncodeValue(startTs, commitTs)
+	v, err := db.encOf(startTs).EncodeValue(startTs, commitTs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w: status of %d: %w", ErrInternal, errBadStatus, startTs, err)
 	}
@@ -37,7 +37,7 @@ var errBadStatus = errors.New("bad status value")
 // corruption (ErrInternal and errBadStatus), never "pending" or
 // "aborted" (txnstatus contract 4).
 func (db *DB) decodeStatus(startTs uint64, v []byte) (commitTs uint64, aborted bool, err error) {
-	commitTs, aborted, err = db.enc.DecodeValue(startTs, v)
+	commitTs, aborted, err = db.encOf(startTs).DecodeValue(startTs, v)
 	if err != nil {
 		return 0, false, fmt.Errorf("%w: %w: status record of %d: %w", ErrInternal, errBadStatus, startTs, err)
 	}

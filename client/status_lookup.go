@@ -35,10 +35,16 @@ const StatusLookupRequestsInFlightMax = 16
 // lookupStatuses returns the decisions (commit_ts, or txnstatus.Aborted)
 // of the transactions started at startTss that have one.
 func (db *DB) lookupStatuses(ctx context.Context, startTss []uint64) (map[uint64]uint64, error) {
+	if err := db.ensureSchedule(ctx, true, startTss...); err != nil {
+		return nil, err
+	}
 	decided := make(map[uint64]uint64, len(startTss))
 	byRange := map[uint64][]txnstatus.Cell{}
 	var rangeOrder []uint64
 	seen := map[uint64]bool{}
+	// startOf maps a cell back to its start timestamp: with several
+	// encoding eras, no one encoding decodes every cell.
+	startOf := map[string]uint64{}
 	for _, s := range startTss {
 		if seen[s] {
 			continue
@@ -57,7 +63,9 @@ func (db *DB) lookupStatuses(ctx context.Context, startTss []uint64) (map[uint64
 		if _, ok := byRange[rid]; !ok {
 			rangeOrder = append(rangeOrder, rid)
 		}
-		byRange[rid] = append(byRange[rid], db.statusCell(s))
+		c := db.statusCell(s)
+		byRange[rid] = append(byRange[rid], c)
+		startOf[string(c.Row)+string(c.Column)] = s
 	}
 	var batches [][]txnstatus.Cell
 	for _, rid := range rangeOrder {
@@ -79,7 +87,7 @@ func (db *DB) lookupStatuses(ctx context.Context, startTss []uint64) (map[uint64
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			got, err := db.readStatusCells(ctx, b)
+			got, err := db.readStatusCells(ctx, b, startOf)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -104,8 +112,9 @@ func (db *DB) lookupStatuses(ctx context.Context, startTss []uint64) (map[uint64
 // prefix): the tickets row and column, or for v1 the whole key as the row
 // of an empty column, so that v1 lookups batch by CC alone.
 func (db *DB) statusCell(startTs uint64) txnstatus.Cell {
-	k := db.enc.Key(startTs)
-	if db.enc.Name() == "tickets" {
+	enc := db.encOf(startTs)
+	k := enc.Key(startTs)
+	if enc.Name() == "tickets" {
 		if c, err := txnstatus.SplitTicketsKey(k); err == nil {
 			return c
 		}
@@ -116,14 +125,13 @@ func (db *DB) statusCell(startTs uint64) txnstatus.Cell {
 // readStatusCells reads one batch of status cells (one request per range
 // it falls in, normally one) and returns the decisions found, caching
 // them.
-func (db *DB) readStatusCells(ctx context.Context, cells []txnstatus.Cell) (map[uint64]uint64, error) {
+func (db *DB) readStatusCells(ctx context.Context, cells []txnstatus.Cell, startOf map[string]uint64) (map[uint64]uint64, error) {
 	starts := make([]uint64, len(cells))
 	reqs := make([]*rpcpb.RequestUnion, len(cells))
 	for i, c := range cells {
-		k := append(append([]byte(nil), c.Row...), c.Column...)
-		s, err := db.enc.StartTs(k)
-		if err != nil {
-			panic(fmt.Sprintf("client: status cell %x does not decode: %v", k, err))
+		s, ok := startOf[string(c.Row)+string(c.Column)]
+		if !ok {
+			panic(fmt.Sprintf("client: status cell %x%x has no start timestamp", c.Row, c.Column))
 		}
 		starts[i] = s
 		reqs[i] = &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainGet{PlainGet: &rpcpb.PlainGetRequest{Key: db.statusKey(s)}}}

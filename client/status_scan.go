@@ -56,6 +56,10 @@ func (db *DB) ScanTxns(ctx context.Context, from, to uint64, fn func(TxnRecord) 
 	if from >= to {
 		return invalidArgf("start-timestamp interval [%d, %d) is empty", from, to)
 	}
+	if err := db.ensureSchedule(ctx, false, to-1); err != nil {
+		return err
+	}
+	sched := db.schedule.cur.Load().s
 	heartbeats := map[uint64]bool{}
 	hbEnd := append(append([]byte(nil), keys.HeartbeatPrefix[:len(keys.HeartbeatPrefix)-1]...), keys.HeartbeatPrefix[len(keys.HeartbeatPrefix)-1]+1)
 	err := db.sender.plainScan(ctx, keys.HeartbeatPrefix, hbEnd, func(k, _ []byte) error {
@@ -87,7 +91,7 @@ func (db *DB) ScanTxns(ctx context.Context, from, to uint64, fn func(TxnRecord) 
 		})
 	}
 	var fnErr error
-	err = txnstatus.ScanInterval(db.enc, from, to, read, func(r txnstatus.Record) error {
+	err = txnstatus.ScanSchedule(sched, from, to, read, func(r txnstatus.Record) error {
 		tr := TxnRecord{StartTs: r.StartTs, Heartbeat: heartbeats[r.StartTs]}
 		delete(heartbeats, r.StartTs)
 		tr.Decided, tr.Aborted, tr.CommitTs = r.Decided, r.Aborted, r.CommitTs

@@ -123,7 +123,7 @@ func (db *DB) begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts, err := db.oracle.timestamp(ctx)
+	ts, err := db.startTimestamp(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +143,31 @@ func (db *DB) begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 		t.hier = newHierTxn()
 	}
 	return t, nil
+}
+
+// startTimestamp draws a transaction's start timestamp from the oracle and
+// makes sure the status encoding schedule is valid through it, before the
+// transaction writes anything (status_schedule.go). A timestamp whose keys
+// collide with another era's (txnstatus.Schedule.Collides) is not used:
+// another is drawn.
+func (db *DB) startTimestamp(ctx context.Context) (uint64, error) {
+	for range StatusBeginAttemptsMax {
+		ts, err := db.oracle.timestamp(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if !db.schedule.enabled {
+			return ts, nil
+		}
+		if err := db.ensureSchedule(ctx, true, ts); err != nil {
+			return 0, err
+		}
+		if s := db.schedule.cur.Load().s; len(s.Eras) == 1 || !s.Collides(ts) {
+			return ts, nil
+		}
+		db.opts.Logger.Debug("canopy client: start timestamp collides with another status encoding era's keys; drawing another", "start_ts", ts)
+	}
+	return 0, fmt.Errorf("%w: %d start timestamps in a row collide with another status encoding era's keys", ErrInternal, StatusBeginAttemptsMax)
 }
 
 // buildStack assembles the coordinator of the transaction's protocol

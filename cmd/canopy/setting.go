@@ -12,13 +12,17 @@ import (
 // (client/settings.go) at run time. Clients pick a change up within their
 // SettingsRefresh (5 s by default); transactions already begun keep theirs.
 func init() {
-	var pipelining, parallel, onePC string
+	var pipelining, parallel, onePC, statusEncoding string
 	cmd := &cobra.Command{
 		Use:   "setting",
-		Short: "Show or set the cluster's transaction switches (pipelining, parallel commits, 1PC)",
-		Long: "Without flags, prints the cluster's transaction switches. Each flag sets one switch to on, off or\n" +
-			"default (on). Clients read the setting at start and every few seconds; a transaction's own options\n" +
-			"and its client's options override it.",
+		Short: "Show or set the cluster's transaction switches (pipelining, parallel commits, 1PC) and status encoding",
+		Long: "Without flags, prints the cluster's transaction switches and its status encoding schedule. Each\n" +
+			"switch flag sets one switch to on, off or default (on). Clients read the setting at start and every\n" +
+			"few seconds; a transaction's own options and its client's options override it.\n\n" +
+			"--status-encoding v1|tickets moves the transaction status table to that encoding while the cluster\n" +
+			"runs: transactions that start after the cutover timestamp printed use it; those started before keep\n" +
+			"theirs, and lookups of their timestamps use the old encoding. The cutover is within the schedule's\n" +
+			"extension (5 minutes by default) of now.",
 		Args: cobra.NoArgs,
 		RunE: withDB(func(ctx context.Context, db *client.DB) error {
 			s, err := db.TxnSwitches(ctx)
@@ -46,6 +50,18 @@ func init() {
 				}
 			}
 			fmt.Println(s)
+			var sched client.StatusSchedule
+			if statusEncoding != "" {
+				if statusEncoding != "v1" && statusEncoding != "tickets" {
+					return usageErrorf("--status-encoding=%q: want v1 or tickets", statusEncoding)
+				}
+				if sched, err = db.SetStatusEncoding(ctx, statusEncoding); err != nil {
+					return err
+				}
+			} else if sched, err = db.StatusEncodingSchedule(ctx); err != nil {
+				return err
+			}
+			printStatusSchedule(sched)
 			return nil
 		}),
 	}
@@ -53,6 +69,7 @@ func init() {
 	cmd.Flags().StringVar(&pipelining, "pipelining", "", "transactional pipelining: on, off or default")
 	cmd.Flags().StringVar(&parallel, "parallel-commits", "", "parallel commits (needs pipelining): on, off or default")
 	cmd.Flags().StringVar(&onePC, "one-pc", "", "one-phase commit: on, off or default")
+	cmd.Flags().StringVar(&statusEncoding, "status-encoding", "", "move the status table to this encoding (v1 or tickets) for transactions started after the cutover")
 	adminCmd.AddCommand(cmd)
 }
 
@@ -66,4 +83,17 @@ func parseToggle(flag, v string) (client.Toggle, error) {
 		return client.ToggleDefault, nil
 	}
 	return 0, usageErrorf("%s=%q: want on, off or default", flag, v)
+}
+
+// printStatusSchedule prints the status encoding schedule, one era a line.
+func printStatusSchedule(s client.StatusSchedule) {
+	if !s.Enabled {
+		fmt.Printf("status_encoding=%s (fixed: the cluster was bootstrapped before encoding changes existed)\n", s.Eras[0].Encoding)
+		return
+	}
+	fmt.Printf("status_encoding=%s schedule_version=%d valid_through=%d (%s UTC)\n", s.Eras[len(s.Eras)-1].Encoding, s.Version,
+		s.ValidThrough, tsTime(s.ValidThrough))
+	for _, e := range s.Eras {
+		fmt.Printf("  from start_ts %d (%s UTC): %s\n", e.From, tsTime(e.From), e.Encoding)
+	}
 }

@@ -8,6 +8,7 @@
 //	0x00 'b' 'n' + node ID (8 bytes)    meta: node descriptor (plain key)
 //	0x00 'b' 'r'                        meta: last allocated range ID (plain key)
 //	0x00 'c'                            oracle upper bound (plain key)
+//	0x00 'e' + ^version (8 bytes)       status encoding schedule (plain key)
 //	0x00 'h' + reversed start_ts        transaction heartbeat record (plain key)
 //	0x00 's' + encoding's key           transaction status table (plain key)
 //	0x01 + user key                     user data (MVCC)
@@ -46,9 +47,12 @@ var (
 	// MetaEnd bounds the meta records.
 	MetaEnd         = []byte{0x00, 'a' + 1}
 	HeartbeatPrefix = []byte{0x00, 'h'}
-	StatusPrefix    = []byte{0x00, 's'}
-	UserPrefix      = []byte{0x01}
-	UserEnd         = []byte{0x02}
+	// StatusSchedulePrefix + ^version (8 bytes big endian): the versions of
+	// the status encoding schedule (txnstatus.Schedule), newest first.
+	StatusSchedulePrefix = []byte{0x00, 'e'}
+	StatusPrefix         = []byte{0x00, 's'}
+	UserPrefix           = []byte{0x01}
+	UserEnd              = []byte{0x02}
 )
 
 // Limits on user input, enforced by client and server (InvalidArgument).
@@ -107,6 +111,21 @@ func NodeKey(nodeID uint64) []byte {
 // started at startTs. The timestamp is bit reversed to spread records.
 func HeartbeatKey(startTs uint64) []byte {
 	return binary.BigEndian.AppendUint64(append([]byte(nil), HeartbeatPrefix...), bits.Reverse64(startTs))
+}
+
+// StatusScheduleKey is the key of version v of the status encoding
+// schedule. Versions are stored complemented, so the newest sorts first
+// and a scan of StatusSchedulePrefix with limit 1 finds it.
+func StatusScheduleKey(v uint64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte(nil), StatusSchedulePrefix...), ^v)
+}
+
+// StatusScheduleVersion inverts StatusScheduleKey.
+func StatusScheduleVersion(k []byte) (uint64, error) {
+	if len(k) != len(StatusSchedulePrefix)+8 || !bytes.HasPrefix(k, StatusSchedulePrefix) {
+		return 0, fmt.Errorf("keys: %x is not a status schedule key", k)
+	}
+	return ^binary.BigEndian.Uint64(k[len(StatusSchedulePrefix):]), nil
 }
 
 // StatusKey prefixes an encoding's key with StatusPrefix.

@@ -129,6 +129,9 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 			return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "hierarchy settings given for commit protocol %s (they are for hierarchy-locking and hierarchy-timestamps)", cp)
 		}
 	}
+	// Every cluster bootstrapped from now on can change its status
+	// encoding at run time (txnstatus.Schedule).
+	settings.StatusEncodingSchedule = true
 	if settings.ReplicationFactor == 0 {
 		settings.ReplicationFactor = DefaultReplicationFactor
 	}

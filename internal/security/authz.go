@@ -117,11 +117,12 @@ var MethodLevels = map[string]Level{
 
 // userWritableSystemSpans are the system keys a user who is not the admin
 // may write (plain or transactional): the transaction status table (with
-// the STAGING records) and the heartbeat records, which every client's
-// transactions write. Every other system key (meta records, node
+// the STAGING records), the heartbeat records, which every client's
+// transactions write, and the status encoding schedule, which a client
+// extends when it begins a transaction past its valid-through. Every other system key (meta records, node
 // records, the range-ID counter, the oracle's bound, the cluster's
 // settings) is the admin's and the nodes'.
-var userWritableSystemSpans = [][]byte{keys.StatusPrefix, keys.HeartbeatPrefix}
+var userWritableSystemSpans = [][]byte{keys.StatusPrefix, keys.HeartbeatPrefix, keys.StatusSchedulePrefix}
 
 // Authorize decides whether user may call method with req. user is the
 // common name of the caller's verified certificate, "" if it presented

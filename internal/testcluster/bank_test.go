@@ -56,6 +56,9 @@ type bankWorkload struct {
 	// one range) instead of writing them first.
 	txnOpts    []client.TxnOption
 	commitWith bool
+	// workerBase is added to the worker numbers of a run (receipt keys),
+	// so that several runs of one workload keep distinct receipts.
+	workerBase int
 }
 
 func newBankWorkload(accounts int) *bankWorkload {
@@ -223,13 +226,13 @@ func (b *bankWorkload) runWithDeadline(t *testing.T, dbs []*client.DB, seed uint
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(w)))
+			rng := rand.New(rand.NewPCG(seed, uint64(b.workerBase+w)))
 			for seq := 0; ; seq++ {
 				if next.Add(1) > int64(total) {
 					return
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), deadline)
-				_ = b.transfer(ctx, dbs[w], rng, w, seq)
+				_ = b.transfer(ctx, dbs[w], rng, b.workerBase+w, seq)
 				cancel()
 				if n != nil {
 					n.done()
@@ -396,6 +399,13 @@ func TestBankLeaderKill(t *testing.T) {
 	runBank(t, storage.Options{}, killFault)
 }
 
+// TestBankLeaderKillV1 is TestBankLeaderKill on a cluster whose status
+// table uses the v1 encoding (TestBankLeaderKill uses tickets, the
+// default): both encodings keep the bank's invariants.
+func TestBankLeaderKillV1(t *testing.T) {
+	runBankEncoding(t, "v1", storage.Options{}, killFault)
+}
+
 // TestBankLeaderKillValueSeparation is TestBankLeaderKill with every value
 // separated into blob files (storage.ModePunch with a threshold of 8
 // bytes, which every balance and receipt reaches) and blob GC running:
@@ -420,9 +430,15 @@ func TestBankPartition(t *testing.T) {
 // runBank runs the bank workload with the fault that makeFault builds
 // around the leaseholder of the accounts' busiest range.
 func runBank(t *testing.T, so storage.Options, makeFault func(*testcluster.Cluster, func() int) fault) {
+	runBankEncoding(t, "", so, makeFault)
+}
+
+// runBankEncoding is runBank on a cluster bootstrapped with the status
+// encoding named ("" the default, tickets).
+func runBankEncoding(t *testing.T, encoding string, so storage.Options, makeFault func(*testcluster.Cluster, func() int) fault) {
 	seed := testSeed(t)
 	accounts, transfers, workers := bankSizes()
-	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4, Storage: so})
+	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4, Storage: so, StatusEncoding: encoding})
 	admin := openDB(t, c)
 	b := newBankWorkload(accounts)
 	b.setup(t, admin)

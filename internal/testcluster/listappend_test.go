@@ -103,12 +103,21 @@ func runListAppendOn(t *testing.T, seed uint64, protocol string, commitWith bool
 	return runListAppendWith(t, seed, listAppendConfig{protocol: protocol, commitWith: commitWith}, opts...)
 }
 
+// runListAppendEncoding is runListAppendMode on a cluster bootstrapped with
+// the status encoding named ("" the default, tickets).
+func runListAppendEncoding(t *testing.T, seed uint64, encoding string, commitWith bool, opts ...client.TxnOption) []check.TxnRecord {
+	t.Helper()
+	return runListAppendWith(t, seed, listAppendConfig{encoding: encoding, commitWith: commitWith}, opts...)
+}
+
 // listAppendConfig varies the list-append run: protocol, the cluster's
 // commit protocol ("" = default); commitWith (see runListAppendMode);
 // hierarchy, the hierarchy protocols' settings (nil: defaults); noScans,
 // reads by Get only (a hierarchy transaction that writes may not scan).
 type listAppendConfig struct {
 	protocol   string
+	// encoding, the cluster's status encoding ("" = default, tickets).
+	encoding   string
 	commitWith bool
 	hierarchy  *rpcpb.HierarchySettings
 	noScans    bool
@@ -126,7 +135,7 @@ func runListAppendWith(t *testing.T, seed uint64, cfg listAppendConfig, opts ...
 	if cfg.workers > 0 {
 		workers, txnsPerWorker = cfg.workers, cfg.txnsPerWorker
 	}
-	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4, CommitProtocol: cfg.protocol, Hierarchy: cfg.hierarchy})
+	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4, CommitProtocol: cfg.protocol, Hierarchy: cfg.hierarchy, StatusEncoding: cfg.encoding})
 	admin := openDB(t, c)
 	ks := listAppendKeys()
 	rawKeys := make([][]byte, len(ks))
@@ -314,6 +323,17 @@ func TestSerializableListAppend(t *testing.T) {
 	ok, anomalies := check.CheckListAppend(txns)
 	if !ok {
 		t.Fatalf("serializable list-append history has anomalies:\n%s", strings.Join(anomalies, "\n"))
+	}
+}
+
+// TestSerializableListAppendV1 is TestSerializableListAppend on a cluster
+// whose status table uses the v1 encoding.
+func TestSerializableListAppendV1(t *testing.T) {
+	seed := testSeed(t)
+	txns := runListAppendEncoding(t, seed, "v1", false)
+	ok, anomalies := check.CheckListAppend(txns)
+	if !ok {
+		t.Fatalf("serializable list-append history (v1 status encoding) has anomalies:\n%s", strings.Join(anomalies, "\n"))
 	}
 }
 

@@ -37,11 +37,13 @@
 //
 // # Contract for callers
 //
-//  1. Pick one Encoding per cluster at bootstrap and never change it: the two
-//     encodings give different keys for the same start_ts, and a reader using
-//     the wrong one would see "no record" (pending) for a decided transaction.
-//     Migration between them (the record's "live migrations") is not
-//     implemented.
+//  1. Every reader and writer of a start_ts's record must use the same
+//     Encoding: the two give different keys for the same start_ts, and a
+//     reader using the wrong one would see "no record" (pending) for a
+//     decided transaction. A cluster picks one at bootstrap; a Schedule
+//     (schedule.go) moves it to another for start timestamps above a
+//     cutover (the record's "live migrations"), and says which encoding
+//     each start_ts uses. Scan a table of several eras with ScanSchedule.
 //  2. Prefix keys with keys.StatusKey before storing them; StartTs takes the
 //     key without the prefix.
 //  3. Pass commit_ts = Aborted (0) to record an abort, or a commit_ts above

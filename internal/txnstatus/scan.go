@@ -136,6 +136,37 @@ type ReadSpanFunc func(span Span, fn func(key, value []byte) error) error
 // nor a staging key, or a value that does not decode, ends the scan with
 // an error wrapping ErrCorruption. fn's error ends it too, returned as is.
 func ScanInterval(enc Encoding, from, to uint64, read ReadSpanFunc, fn func(Record) error) error {
+	return ScanSchedule(NewSchedule(enc, math.MaxUint64), from, to, read, fn)
+}
+
+// ScanSchedule is ScanInterval over a schedule: [from, to) is cut by the
+// schedule's eras and each piece is planned and read with its era's
+// encoding, era by era. The table then holds keys of several encodings,
+// and a span planned for one may meet keys of another: a key is taken as
+// the record of the first era (in schedule order) whose encoding reads it
+// as a status or staging key of a timestamp of that era, and skipped by
+// the other eras' pieces. That owner is the only one whose transaction can
+// have begun: a later era's timestamp whose key reads as an earlier era's
+// is refused at Begin (Schedule.Collides). A key no era reads ends the
+// scan with an error wrapping ErrCorruption.
+func ScanSchedule(s Schedule, from, to uint64, read ReadSpanFunc, fn func(Record) error) error {
+	for i, era := range s.Eras {
+		lo, hi := max(from, era.From), to
+		if i+1 < len(s.Eras) {
+			hi = min(hi, s.Eras[i+1].From)
+		}
+		if lo >= hi {
+			continue
+		}
+		if err := scanEra(s, i, lo, hi, read, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func scanEra(s Schedule, era int, from, to uint64, read ReadSpanFunc, fn func(Record) error) error {
+	enc := s.Eras[era].Encoding
 	spans, _ := ScanSpans(enc, from, to)
 	for _, sp := range spans {
 		var cur Record
@@ -148,11 +179,11 @@ func ScanInterval(enc Encoding, from, to uint64, read ReadSpanFunc, fn func(Reco
 			return fn(cur)
 		}
 		err := read(sp, func(key, value []byte) error {
-			ts, staging, err := startTsOfKey(enc, key)
+			owner, ts, staging, err := ownerOfKey(s, key)
 			if err != nil {
 				return err
 			}
-			if ts < from || ts >= to {
+			if owner != era || ts < from || ts >= to {
 				return nil
 			}
 			if !have || cur.StartTs != ts {
@@ -184,6 +215,29 @@ func ScanInterval(enc Encoding, from, to uint64, read ReadSpanFunc, fn func(Reco
 		}
 	}
 	return nil
+}
+
+// ownerOfKey returns the first era whose encoding reads key as a status or
+// staging key of a timestamp of that era. With one era, that is the
+// encoding's reading of the key, whatever the timestamp.
+func ownerOfKey(s Schedule, key []byte) (era int, ts uint64, staging bool, err error) {
+	var first error
+	for i, e := range s.Eras {
+		ts, staging, err := startTsOfKey(e.Encoding, key)
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		if len(s.Eras) == 1 || s.era(ts) == i {
+			return i, ts, staging, nil
+		}
+	}
+	if first == nil {
+		first = fmt.Errorf("%w: status table key %x is no era's key", ErrCorruption, key)
+	}
+	return -1, 0, false, first
 }
 
 // startTsOfKey decodes a status-table key: a status key, or (staging) a

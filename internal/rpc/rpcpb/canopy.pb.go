@@ -3209,9 +3209,15 @@ type ClusterSettings struct {
 	CommitProtocol string `protobuf:"bytes,6,opt,name=commit_protocol,json=commitProtocol,proto3" json:"commit_protocol,omitempty"`
 	// The hierarchy protocols' validator tree and batching (issue 9); unset
 	// when the cluster does not run them.
-	Hierarchy     *HierarchySettings `protobuf:"bytes,20,opt,name=hierarchy,proto3" json:"hierarchy,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Hierarchy *HierarchySettings `protobuf:"bytes,20,opt,name=hierarchy,proto3" json:"hierarchy,omitempty"`
+	// The status encoding may change at run time (canopy admin setting
+	// --status-encoding): clients follow the status encoding schedule
+	// (keys.StatusSchedulePrefix, txnstatus.Schedule) and status_encoding
+	// names the schedule's first era. Set at bootstrap by nodes that know
+	// it; a cluster bootstrapped without it keeps one encoding for ever.
+	StatusEncodingSchedule bool `protobuf:"varint,7,opt,name=status_encoding_schedule,json=statusEncodingSchedule,proto3" json:"status_encoding_schedule,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *ClusterSettings) Reset() {
@@ -3291,6 +3297,13 @@ func (x *ClusterSettings) GetHierarchy() *HierarchySettings {
 		return x.Hierarchy
 	}
 	return nil
+}
+
+func (x *ClusterSettings) GetStatusEncodingSchedule() bool {
+	if x != nil {
+		return x.StatusEncodingSchedule
+	}
+	return false
 }
 
 // HierarchySettings configure the hierarchy commit protocols, set at init.
@@ -5599,7 +5612,7 @@ const file_canopy_proto_rawDesc = "" +
 	"\x11TimestampResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12\x14\n" +
 	"\x05first\x18\x02 \x01(\x04R\x05first\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\rR\x05count\"\xe5\x02\n" +
+	"\x05count\x18\x03 \x01(\rR\x05count\"\x9f\x03\n" +
 	"\x0fClusterSettings\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12'\n" +
@@ -5608,7 +5621,8 @@ const file_canopy_proto_rawDesc = "" +
 	"\x18tickets_rows_per_quantum\x18\x04 \x01(\x04R\x15ticketsRowsPerQuantum\x12-\n" +
 	"\x12replication_factor\x18\x05 \x01(\rR\x11replicationFactor\x12'\n" +
 	"\x0fcommit_protocol\x18\x06 \x01(\tR\x0ecommitProtocol\x127\n" +
-	"\thierarchy\x18\x14 \x01(\v2\x19.canopy.HierarchySettingsR\thierarchy\"\x8b\x02\n" +
+	"\thierarchy\x18\x14 \x01(\v2\x19.canopy.HierarchySettingsR\thierarchy\x128\n" +
+	"\x18status_encoding_schedule\x18\a \x01(\bR\x16statusEncodingSchedule\"\x8b\x02\n" +
 	"\x11HierarchySettings\x12\x18\n" +
 	"\avariant\x18\x01 \x01(\tR\avariant\x12\x12\n" +
 	"\x04tree\x18\x02 \x01(\tR\x04tree\x120\n" +
