@@ -115,7 +115,7 @@ func runListAppendEncoding(t *testing.T, seed uint64, encoding string, commitWit
 // hierarchy, the hierarchy protocols' settings (nil: defaults); noScans,
 // reads by Get only (a hierarchy transaction that writes may not scan).
 type listAppendConfig struct {
-	protocol   string
+	protocol string
 	// encoding, the cluster's status encoding ("" = default, tickets).
 	encoding   string
 	commitWith bool
