@@ -132,7 +132,7 @@ func (db *DB) begin(ctx context.Context, o TxnOptions) (*Txn, error) {
 	// waits for the oracle to pass it (at most about a millisecond of the
 	// oracle's clock), so that it reads what this client committed.
 	for i := 0; i < hierBeginRoundsMax && ts <= db.hierCommitted.Load(); i++ {
-		if ts, err = db.oracle.timestamp(ctx); err != nil {
+		if ts, err = db.startTimestamp(ctx); err != nil {
 			return nil, err
 		}
 	}
