@@ -81,6 +81,7 @@ verdict table; exit status 1 on any violation or when no verdict was reached.`,
 	f.DurationVar(&cfg.ProgressEvery, "progress", 10*time.Second, "interval of the progress lines")
 	f.StringVar(&dir, "dir", "", "directory for the nodes' stores and logs (default: a temporary one, removed after)")
 	f.BoolVar(&keep, "keep", false, "keep the temporary directory")
+	f.StringVar(&cfg.CommitProtocol, "commit-protocol", "", "the cluster's commit protocol (canopy init --commit-protocol; default: default)")
 	f.StringSliceVar(&cfg.StartArgs, "start-arg", []string{"--raft-tick=50ms"}, "extra flag of every `canopy start` (repeatable)")
 	rootCmd.AddCommand(cmd)
 }

@@ -45,6 +45,9 @@ type Config struct {
 	ProgressEvery time.Duration
 	// StartArgs are extra flags of every `canopy start`.
 	StartArgs []string
+	// CommitProtocol is the cluster's commit protocol (`canopy init
+	// --commit-protocol`; "" = default).
+	CommitProtocol string
 }
 
 // RecoveryMax bounds the wait, after a heal, for the clients' first
@@ -138,7 +141,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	ictx, cancel := context.WithTimeout(ctx, time.Minute)
-	_, err = c.cli(ictx, "init", "--host", c.addrs[0], "--initial-ranges", "4")
+	initArgs := []string{"init", "--host", c.addrs[0], "--initial-ranges", "4"}
+	if cfg.CommitProtocol != "" {
+		initArgs = append(initArgs, "--commit-protocol", cfg.CommitProtocol)
+	}
+	_, err = c.cli(ictx, initArgs...)
 	cancel()
 	if err != nil {
 		return nil, err
@@ -321,6 +328,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func (r *Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "workload\t%s\n", r.Config.Workload)
+	if r.Config.CommitProtocol != "" {
+		fmt.Fprintf(tw, "commit protocol\t%s\n", r.Config.CommitProtocol)
+	}
 	fmt.Fprintf(tw, "nodes\t%d\n", r.Config.Nodes)
 	fmt.Fprintf(tw, "seed\t%d\n", r.Config.Seed)
 	fmt.Fprintf(tw, "elapsed\t%v\n", r.Elapsed.Round(time.Second))
