@@ -340,6 +340,7 @@ type pipelineCluster struct {
 // and opens the client through the delaying interceptor.
 func startPipelineCluster(ctx context.Context, o benchPipelineOptions) (*pipelineCluster, error) {
 	fmt.Fprintf(os.Stderr, "starting a 3-node cluster in this process...\n")
+	setNodeGCPercent() // start.go: the nodes' GC target, as in canopy start
 	c, err := testcluster.Start(testcluster.Options{
 		Nodes: 3, InitialRanges: o.ranges, Dir: o.dir, ReadyTimeout: o.readyMax, TickInterval: o.raftTick,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),

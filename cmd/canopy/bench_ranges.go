@@ -128,6 +128,7 @@ func benchRangesOne(ctx context.Context, o benchRangesOptions, n int) (rangesRow
 	row := rangesRow{userRanges: n}
 	fmt.Printf("[%d ranges] starting a 3-node cluster in this process...\n", n)
 	start := time.Now()
+	setNodeGCPercent() // start.go: the nodes' GC target, as in canopy start
 	c, err := testcluster.Start(testcluster.Options{
 		Nodes: 3, InitialRanges: n, TickInterval: 100 * time.Millisecond, ReadyTimeout: o.readyMax,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),

@@ -180,6 +180,7 @@ func openBenchTarget(ctx context.Context, o benchClusterOptions, noSync bool) (b
 	if o.host == "" {
 		tg.label = map[bool]string{false: "fsync", true: "no fsync"}[noSync]
 		fmt.Printf("[%s] starting a %d-node cluster in this process (%d user ranges, Raft tick 100ms)...\n", tg.label, o.nodes, o.ranges)
+		setNodeGCPercent() // start.go: the nodes' GC target, as in canopy start
 		c, err := testcluster.Start(testcluster.Options{
 			Nodes: o.nodes, InitialRanges: o.ranges, TickInterval: 100 * time.Millisecond,
 			Storage: storage.Options{NoSync: noSync},
