@@ -103,7 +103,22 @@ func newMetrics(n *Node, reg *prometheus.Registry) (*metrics, error) {
 	m.decisions.WithLabelValues("committed", "one_pc")
 	m.charts = prometheus.NewRegistry()
 	m.charts.MustRegister(m.batches, m.batchSeconds, m.requests, m.decisions)
-	m.collectors = []prometheus.Collector{m.grpc, m.batches, m.batchSeconds, m.requests, m.intentsResolved, m.statusRequests, m.decisions, &rangeGauges{n: n}}
+	transportSent := func(count func(*transport) uint64) func() float64 {
+		return func() float64 {
+			if t := n.transport; t != nil { // made after the metrics (Start)
+				return float64(count(t))
+			}
+			return 0
+		}
+	}
+	m.collectors = []prometheus.Collector{m.grpc, m.batches, m.batchSeconds, m.requests, m.intentsResolved, m.statusRequests, m.decisions, &rangeGauges{n: n},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "canopy_raft_transport_batches_sent_total",
+			Help: "Batches of Raft messages this node handed to its peers' streams."},
+			transportSent(func(t *transport) uint64 { return t.batchesSent.Load() })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "canopy_raft_transport_messages_sent_total",
+			Help: "Raft messages in those batches (divided by the batches: how well the senders batch)."},
+			transportSent(func(t *transport) uint64 { return t.messagesSent.Load() })),
+	}
 	for i, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			for _, done := range m.collectors[:i] {

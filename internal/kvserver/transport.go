@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/canopy-db/canopy/internal/replica"
@@ -119,6 +120,10 @@ type transport struct {
 		stopped bool
 	}
 	wg sync.WaitGroup
+	// batchesSent and messagesSent count the batches handed to the peers'
+	// streams and the messages in them (canopy_raft_transport_*_sent_total):
+	// their ratio is how well the senders batch.
+	batchesSent, messagesSent atomic.Uint64
 }
 
 // peer is the queue to one peer, drained by its sender goroutine (run).
@@ -484,6 +489,8 @@ func (s *peerStream) sendStream(msgs []*rpcpb.RaftMessage) error {
 		s.fail(err)
 		return err
 	}
+	s.t.batchesSent.Add(1)
+	s.t.messagesSent.Add(uint64(len(msgs)))
 	return nil
 }
 
