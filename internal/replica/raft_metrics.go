@@ -37,6 +37,10 @@ type raftMetrics struct {
 	// roundSeconds: one scheduler round (the Ready work of a batch of
 	// ranges: persist, send, apply, advance).
 	roundSeconds prometheus.Histogram
+	// appsSuperseded: commit-only MsgApps not sent because a later MsgApp
+	// of the same Ready to the same follower carried as much
+	// (supersededApps).
+	appsSuperseded prometheus.Counter
 	// syncSeconds: one synced commit of a round's Raft state (the fsync
 	// of the group commit).
 	syncSeconds prometheus.Histogram
@@ -53,6 +57,8 @@ func newRaftMetrics(s *Scheduler, reg prometheus.Registerer) (*raftMetrics, erro
 			Help: "Raft log entries persisted to this node's log (leaders and followers)."}),
 		entriesApplied: prometheus.NewCounter(prometheus.CounterOpts{Name: "canopy_raft_entries_applied_total",
 			Help: "Committed Raft log entries applied to this node's ranges."}),
+		appsSuperseded: prometheus.NewCounter(prometheus.CounterOpts{Name: "canopy_raft_appends_superseded_total",
+			Help: "Empty (commit-only) Raft appends not sent because a later append of the same Ready to the same follower carried the same or newer log position and commit index."}),
 		roundSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "canopy_raft_ready_round_duration_seconds",
 			Help:    "Duration of one Raft scheduler round: the Ready work (persist, send, apply, advance) of a batch of ranges.",
 			Buckets: LatencyBuckets}),
@@ -64,7 +70,7 @@ func newRaftMetrics(s *Scheduler, reg prometheus.Registerer) (*raftMetrics, erro
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(load()) })
 	}
-	m.collectors = []prometheus.Collector{m.proposals, m.entriesAppended, m.entriesApplied, m.roundSeconds, m.syncSeconds,
+	m.collectors = []prometheus.Collector{m.proposals, m.entriesAppended, m.entriesApplied, m.appsSuperseded, m.roundSeconds, m.syncSeconds,
 		counter("canopy_raft_scheduler_rounds_total", "Raft scheduler rounds (batches of ranges processed by a worker).", s.metrics.rounds.Load),
 		counter("canopy_raft_scheduler_commits_total", "Batches of Raft state committed to the engine.", s.metrics.commits.Load),
 		counter("canopy_raft_scheduler_syncs_total", "Batches of Raft state committed with a sync.", s.metrics.syncs.Load),

@@ -40,6 +40,40 @@ func needsDurableState(m raftpb.Message) bool {
 	return false
 }
 
+// supersededApps returns the indexes of msgs (nil if none) that need not
+// be sent: a commit-only MsgApp (no entries) to a follower followed, in the
+// same Ready, by another MsgApp to that follower in the same term whose
+// previous-entry index is at least as high. The later one tells the
+// follower all the earlier one would: the follower's commit index becomes
+// min(Commit, Index + len(Entries)), and both Commit and Index are at least
+// the earlier's; its answer acknowledges at least as much. This is common
+// under load: in one Ready the leader steps an acknowledgement, which
+// advances the commit index and broadcasts it with empty appends, and new
+// proposals, which it appends to the same followers. Not sending a
+// message is always safe in Raft (the transport may lose any); this drops
+// only one whose content is delivered by the next, in order, on the same
+// stream, and spares the follower's answer to it as well.
+func supersededApps(msgs []raftpb.Message) map[int]bool {
+	var out map[int]bool
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Type != raftpb.MsgApp || len(m.Entries) != 0 {
+			continue
+		}
+		for j := i + 1; j < len(msgs); j++ {
+			l := &msgs[j]
+			if l.Type == raftpb.MsgApp && l.To == m.To && l.Term == m.Term && l.Index >= m.Index && l.Commit >= m.Commit {
+				if out == nil {
+					out = map[int]bool{}
+				}
+				out[i] = true
+				break
+			}
+		}
+	}
+	return out
+}
+
 // prepareReady is phase 1 of a round for this replica: it drains the inbox
 // into the RawNode and, if the RawNode has a Ready, takes it, sends its
 // messages that promise no durable state, and writes its Raft state into
@@ -73,7 +107,14 @@ func (r *Replica) prepareReady(wb *storage.Batch) *pendingReady {
 	var early []raftpb.Message
 	drop := r.dropHeartbeatResp
 	r.dropHeartbeatResp = 0
-	for _, m := range rd.Messages {
+	superseded := supersededApps(rd.Messages)
+	if superseded != nil {
+		r.prom().appsSuperseded.Add(float64(len(superseded)))
+	}
+	for i, m := range rd.Messages {
+		if superseded[i] {
+			continue
+		}
 		if drop != 0 && m.Type == raftpb.MsgHeartbeatResp && m.To == drop && r.quiescent.Load() {
 			// The answer to the quiesce heartbeat this follower quiesced
 			// on: it would only wake the leader.
