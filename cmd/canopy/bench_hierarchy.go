@@ -16,7 +16,9 @@ import (
 	"github.com/canopy-db/canopy/client"
 	"github.com/canopy-db/canopy/internal/bench"
 	"github.com/canopy-db/canopy/internal/bench/hierbench"
+	"github.com/canopy-db/canopy/internal/hierarchy"
 	"github.com/canopy-db/canopy/internal/kvserver"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/testcluster"
 )
 
@@ -46,6 +48,8 @@ type benchHierarchyOptions struct {
 	out        string
 	raftTick   time.Duration
 	validateOn bool
+	// batchTimeout: the hierarchy's batch timeout.
+	batchTimeout time.Duration
 }
 
 func init() {
@@ -71,7 +75,9 @@ Raft messages between nodes are delayed by the same amount
 (kvserver.LinkFault), which matters only with --replication-factor above 1.
 
 Systems: ` + hierbench.Names() + `.
-The hierarchy's systems are listed but not built yet (issue 9).
+The hierarchy's systems run with batches of 1, 10 or 50 votes and decisions
+per message (each waiting at most --batch-timeout); their messages and steps
+per transaction are counted by the validators.
 
 Prints a table per run with what the system counted per transaction (client
 RPCs; the commit protocol's messages and steps beside the thesis's
@@ -101,6 +107,7 @@ point is bounded by --warmup + --duration, the whole run by --run-max.`,
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the clients' key choices")
 	f.StringVar(&o.dir, "dir", "", "directory of the stores (default: a new temporary directory per system, removed at the end)")
 	f.StringVar(&o.out, "out", "docs/bench/hierarchy", "prefix of the CSV and PNG files (empty: write none)")
+	f.DurationVar(&o.batchTimeout, "batch-timeout", time.Millisecond, "hierarchy systems: how long a batch of votes or decisions that has not filled up waits")
 	benchCmd.AddCommand(cmd)
 }
 
@@ -151,6 +158,9 @@ func (o *benchHierarchyOptions) validate() ([]hierbench.System, error) {
 	if o.raftTick < 10*time.Millisecond || o.raftTick > time.Second {
 		return nil, fmt.Errorf("--raft-tick %v not in [10ms, 1s]", o.raftTick)
 	}
+	if o.batchTimeout <= 0 || o.batchTimeout > hierarchy.BatchTimeoutMax || o.batchTimeout%time.Microsecond != 0 {
+		return nil, fmt.Errorf("--batch-timeout %v: want whole microseconds in (0, %v]", o.batchTimeout, hierarchy.BatchTimeoutMax)
+	}
 	return systems, nil
 }
 
@@ -188,10 +198,21 @@ func runBenchHierarchy(ctx context.Context, o benchHierarchyOptions, command str
 	for _, n := range o.clients {
 		for i, r := range runs {
 			r.delayer.SetOneWay(o.oneWay)
+			before := validatorCounts(r.cluster)
 			p, err := r.runner.Run(ctx, r.system.Name, n, o.limits)
 			r.delayer.SetOneWay(0)
 			if err != nil {
 				return fmt.Errorf("%s at %d clients: %w", r.system.Name, n, err)
+			}
+			if r.system.Batch > 0 {
+				// Counted by the validators themselves (warm-up
+				// included): messages (parts, votes, decisions, results,
+				// watermarks, raises) and steps per transaction decided.
+				d := validatorCounts(r.cluster)
+				if decided := d.Decided - before.Decided; decided > 0 {
+					p.ProtocolMessagesPerTxn = float64(d.Messages()-before.Messages()) / float64(decided)
+					p.ProtocolStepsPerTxn = (d.Steps - before.Steps) / float64(decided)
+				}
 			}
 			fmt.Fprintf(os.Stderr, "%s, %d clients: %.1f txn/s, mean %.1f ms\n", r.system.Name, n, p.Throughput(), hierbench.Ms(p.Mean))
 			byPoint[i] = append(byPoint[i], p)
@@ -227,6 +248,7 @@ type hierarchyRun struct {
 	system  hierbench.System
 	runner  *hierbench.Runner
 	delayer *hierbench.Delayer
+	cluster *testcluster.Cluster
 	close   func()
 }
 
@@ -237,19 +259,25 @@ func startHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbe
 	if o.dir != "" {
 		dir = o.dir + "/" + strings.ReplaceAll(s.Name, "/", "-")
 	}
-	// The hook for the hierarchy's systems: s.Batch (1, 10, 50) is their
-	// batch size, to be passed to the cluster here with the protocol once
-	// the hierarchy's settings exist (then mark them built in
-	// hierbench.Systems). 2pc-locking and default have no batch.
+	// The hierarchy's systems: s.Batch (1, 10, 50) is their batch size,
+	// for votes up the tree and decisions to the nodes alike (the
+	// thesis's B), with --batch-timeout. 2pc-locking and default have no
+	// batch.
+	var hs *rpcpb.HierarchySettings
+	if s.Batch > 0 {
+		us := uint64(o.batchTimeout / time.Microsecond)
+		hs = &rpcpb.HierarchySettings{ValidatorBatchSize: uint32(s.Batch), ValidatorBatchTimeoutUs: us,
+			NodeBatchSize: uint32(s.Batch), NodeBatchTimeoutUs: us}
+	}
 	c, err := testcluster.Start(testcluster.Options{
 		Nodes: hierbench.Nodes, InitialRanges: hierbench.Nodes, ReplicationFactor: o.rf, Dir: dir,
-		CommitProtocol: string(s.Protocol), ReadyTimeout: o.readyMax, TickInterval: o.raftTick,
+		CommitProtocol: string(s.Protocol), Hierarchy: hs, ReadyTimeout: o.readyMax, TickInterval: o.raftTick,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {
 		return nil, err
 	}
-	run := &hierarchyRun{system: s, delayer: &hierbench.Delayer{}}
+	run := &hierarchyRun{system: s, delayer: &hierbench.Delayer{}, cluster: c}
 	var dbs []*client.DB
 	run.close = func() {
 		for _, db := range dbs {
@@ -285,4 +313,18 @@ func startHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbe
 	fmt.Fprintf(os.Stderr, "\r%s: loaded in %v\n", s.Name, time.Since(start).Round(time.Second))
 	run.runner = &hierbench.Runner{DBs: dbs, Delayer: run.delayer, Keys: k, Seed: o.seed}
 	return run, nil
+}
+
+// validatorCounts sums the hierarchy validators' counts over the cluster's
+// nodes (zero for the other protocols).
+func validatorCounts(c *testcluster.Cluster) hierarchy.Counts {
+	var sum hierarchy.Counts
+	for i := range c.Addrs() {
+		if n := c.Node(i); n != nil {
+			for _, v := range n.HierarchyStatus().Validators {
+				sum = sum.Add(v.Counts)
+			}
+		}
+	}
+	return sum
 }

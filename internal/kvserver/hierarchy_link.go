@@ -168,12 +168,20 @@ func (s *hierarchyService) Link(stream rpcpb.Hierarchy_LinkServer) error {
 // in order (FIFO per link). A message that finds the queue full, or is in
 // a batch whose send fails, is lost; the core makes up for lost messages
 // (a leaf votes again and looks its overdue parts up after ResendAfter).
+// The Raft link's injected fault (Node.SetLinkFault) applies here too: a
+// delay holds each message that long from when it was queued (a delay
+// line: messages queued together leave together), a drop loses it.
 type hierLink struct {
 	rt   *hierRuntime
 	to   uint64
-	q    chan *rpcpb.HierMessage
+	q    chan hierQueued
 	quit chan struct{}
 	done chan struct{}
+}
+
+type hierQueued struct {
+	m  *rpcpb.HierMessage
+	at time.Time
 }
 
 func (rt *hierRuntime) link(to uint64) *hierLink {
@@ -181,7 +189,7 @@ func (rt *hierRuntime) link(to uint64) *hierLink {
 	defer rt.mu.Unlock()
 	l := rt.mu.links[to]
 	if l == nil {
-		l = &hierLink{rt: rt, to: to, q: make(chan *rpcpb.HierMessage, hierLinkQueueMax), quit: make(chan struct{}), done: make(chan struct{})}
+		l = &hierLink{rt: rt, to: to, q: make(chan hierQueued, hierLinkQueueMax), quit: make(chan struct{}), done: make(chan struct{})}
 		rt.mu.links[to] = l
 		if rt.mu.stopped {
 			close(l.quit)
@@ -193,7 +201,7 @@ func (rt *hierRuntime) link(to uint64) *hierLink {
 
 func (l *hierLink) enqueue(m *rpcpb.HierMessage) {
 	select {
-	case l.q <- m:
+	case l.q <- hierQueued{m: m, at: time.Now()}:
 	default:
 		l.rt.metrics.add(&l.rt.metrics.dropped, 1)
 	}
@@ -213,25 +221,43 @@ func (l *hierLink) run() {
 	var stream rpcpb.Hierarchy_LinkClient
 	var cancel context.CancelFunc = func() {}
 	defer func() { cancel() }()
+	// held is a message taken from the queue that was not due yet.
+	var held *hierQueued
 	for {
-		var first *rpcpb.HierMessage
-		select {
-		case <-l.quit:
-			if stream != nil {
-				_, _ = stream.CloseAndRecv()
+		first := held
+		held = nil
+		if first == nil {
+			select {
+			case <-l.quit:
+				if stream != nil {
+					_, _ = stream.CloseAndRecv()
+				}
+				return
+			case q := <-l.q:
+				first = &q
 			}
-			return
-		case first = <-l.q:
 		}
-		b := &rpcpb.HierLinkBatch{FromNodeId: l.rt.self, Tree: l.rt.treeText, Messages: []*rpcpb.HierMessage{first}}
+		fault := l.rt.n.transport.fault(l.to)
+		if fault.Delay > 0 && !l.sleepUntil(first.at.Add(fault.Delay)) {
+			continue // quitting
+		}
+		b := &rpcpb.HierLinkBatch{FromNodeId: l.rt.self, Tree: l.rt.treeText, Messages: []*rpcpb.HierMessage{first.m}}
 	fill:
 		for len(b.Messages) < hierLinkBatchMax {
 			select {
-			case m := <-l.q:
-				b.Messages = append(b.Messages, m)
+			case q := <-l.q:
+				if fault.Delay > 0 && time.Until(q.at.Add(fault.Delay)) > 0 {
+					held = &q
+					break fill
+				}
+				b.Messages = append(b.Messages, q.m)
 			default:
 				break fill
 			}
+		}
+		if fault.Drop {
+			l.rt.metrics.add(&l.rt.metrics.dropped, int64(len(b.Messages)))
+			continue
 		}
 		if stream == nil {
 			var err error
@@ -248,6 +274,22 @@ func (l *hierLink) run() {
 			l.rt.metrics.add(&l.rt.metrics.dropped, int64(len(b.Messages)))
 			l.pause()
 		}
+	}
+}
+
+// sleepUntil waits until t; false if the link is stopping.
+func (l *hierLink) sleepUntil(t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return true
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-l.quit:
+		return false
+	case <-tm.C:
+		return true
 	}
 }
 
