@@ -3,6 +3,7 @@ package kvserver
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/canopy-db/canopy/client"
@@ -41,6 +42,9 @@ type hierLoop struct {
 	// parts (leaf): the writes of accepted parts not yet resolved, by
 	// transaction, for their resolution.
 	parts map[hierarchy.TxnID][][]byte
+	// carry is an input taken from the inbox that waits for the next
+	// round (round).
+	carry *hierInput
 	// acc is what takePart took out of the validator's Ready (to write
 	// the parts' intents under their latches) and left for carryOut.
 	acc hierarchy.Ready
@@ -140,20 +144,77 @@ func (l *hierLoop) run() {
 		} else {
 			timer.Reset(time.Hour)
 		}
-		select {
-		case <-l.quit:
-			return
-		case in := <-l.in:
-			// One input, then its Ready (the contract: carried out before
-			// the next input touching the same keys). Batching is the
-			// core's (Config.ValidatorBatch, NodeBatch) and the status
-			// writes' (coalesced per status range).
-			l.take(in)
-		case <-timer.C:
+		if l.carry != nil {
+			in := *l.carry
+			l.carry = nil
+			l.round(in)
+		} else {
+			select {
+			case <-l.quit:
+				return
+			case in := <-l.in:
+				l.round(in)
+			case <-timer.C:
+			}
 		}
 		l.v.Tick(l.rt.now())
 		l.carryOut()
 		l.rt.publish(l.id, l.v.Counts(), l.v.PendingCount())
+	}
+}
+
+// hierRoundPartsMax bounds the parts a loop takes in one round.
+const hierRoundPartsMax = 64
+
+// round takes first and whatever else is queued (up to hierRoundPartsMax
+// parts), in order: messages and observes apply at once; parts go through
+// their checks and Propose holding their latches, and their intents are
+// written together at the end of the round (finishParts), so concurrent
+// parts share Raft's batched appends instead of one fsync each in turn.
+// A part whose keys overlap a part of this round waits for the next round
+// (l.carry): its latches would wait for latches this loop holds. Then the
+// round's Ready is carried out (by run) before any later input: the
+// contract's "before the next input touching the same keys" holds, since
+// parts of one round touch disjoint keys and each part's Ready was taken
+// right after its Propose.
+func (l *hierLoop) round(first hierInput) {
+	var prepared []*preparedPart
+	latched := map[string]bool{}
+	take := func(in hierInput) bool {
+		if in.part == nil {
+			l.take(in)
+			return true
+		}
+		ks := keysOf(in.part.req)
+		for _, k := range ks {
+			if latched[string(k)] {
+				l.carry = &in
+				return false
+			}
+		}
+		if pp := l.preparePart(in.part); pp != nil {
+			prepared = append(prepared, pp)
+			for _, k := range ks {
+				latched[string(k)] = true
+			}
+		}
+		return true
+	}
+	if take(first) {
+	more:
+		for len(prepared) < hierRoundPartsMax {
+			select {
+			case in := <-l.in:
+				if !take(in) {
+					break more
+				}
+			default:
+				break more
+			}
+		}
+	}
+	if len(prepared) > 0 {
+		l.finishParts(prepared)
 	}
 }
 
@@ -327,9 +388,14 @@ func (l *hierLoop) patch(rd *hierarchy.Ready) {
 }
 
 // resolve ends this node's parts: the answering Commit learns the
-// decision, and the part's intents are resolved (committed at the
-// decision's timestamp, or removed).
+// decision, and the parts' intents are resolved (committed at the
+// decision's timestamp, or removed), the transactions in parallel; the
+// loop waits for them, so that the next part on those keys finds them
+// resolved.
 func (l *hierLoop) resolve(ds []hierarchy.Decision) {
+	ctx, cancel := context.WithTimeout(l.rt.n.stopCtx, l.rt.n.cfg.RequestTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
 	for _, d := range ds {
 		l.rt.notify(d)
 		ks := l.parts[d.Txn]
@@ -341,14 +407,16 @@ func (l *hierLoop) resolve(ds []hierarchy.Decision) {
 		if d.Commit {
 			commitTs = d.TS
 		}
-		ctx, cancel := context.WithTimeout(l.rt.n.stopCtx, l.rt.n.cfg.RequestTimeout)
-		err := l.rt.db.ResolveTxnIntents(ctx, uint64(d.Txn), commitTs, ks)
-		cancel()
-		if err != nil {
-			// Readers resolve them by the status table meanwhile.
-			l.rt.n.log.Warn("hierarchy: resolving intents failed", "txn", d.Txn, "err", err)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := l.rt.db.ResolveTxnIntents(ctx, uint64(d.Txn), commitTs, ks); err != nil {
+				// Readers resolve them by the status table meanwhile.
+				l.rt.n.log.Warn("hierarchy: resolving intents failed", "txn", d.Txn, "err", err)
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // lookup reads the status table for overdue parts: a decided one is

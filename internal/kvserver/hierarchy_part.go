@@ -67,6 +67,36 @@ func (n *Node) replicaForKey(k []byte) *rangeReplica {
 //     latches are released. The vote (or decision) is in the Ready left
 //     for carryOut, so it leaves only after the intents are durable.
 func (l *hierLoop) takePart(in *hierPartIn) {
+	if pp := l.preparePart(in); pp != nil {
+		l.finishParts([]*preparedPart{pp})
+	}
+}
+
+// preparedPart is a part through steps 1-4 of takePart, holding its
+// latches, its intents not yet written.
+type preparedPart struct {
+	in        *hierPartIn
+	txn       hierarchy.TxnID
+	groups    map[uint64]*partRange
+	order     []uint64
+	writeKeys [][]byte
+	rd        hierarchy.Ready
+	passed    bool
+	perr      error
+}
+
+// keysOf lists a part's keys (reads and writes).
+func keysOf(req *rpcpb.HierCommitRequest) [][]byte {
+	ks := append([][]byte(nil), req.Reads...)
+	for _, w := range req.Writes {
+		ks = append(ks, w.Key)
+	}
+	return ks
+}
+
+// preparePart is steps 1-4 of takePart; nil if the part was refused (its
+// reply sent, nothing held).
+func (l *hierLoop) preparePart(in *hierPartIn) *preparedPart {
 	n := l.rt.n
 	req := in.req
 	txn := hierarchy.TxnID(req.StartTs)
@@ -91,7 +121,7 @@ func (l *hierLoop) takePart(in *hierPartIn) {
 		g := group(w.Key)
 		if g == nil {
 			in.reply <- pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "node n%d holds no replica for key %q", n.NodeID(), w.Key)
-			return
+			return nil
 		}
 		g.writes = append(g.writes, w)
 		written[string(w.Key)] = true
@@ -100,28 +130,21 @@ func (l *hierLoop) takePart(in *hierPartIn) {
 		g := group(k)
 		if g == nil {
 			in.reply <- pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "node n%d holds no replica for key %q", n.NodeID(), k)
-			return
+			return nil
 		}
 		g.reads = append(g.reads, k)
 	}
 	slices.Sort(order)
 	ctx, cancel := context.WithTimeout(n.stopCtx, n.cfg.RequestTimeout)
 	defer cancel()
-	releaseAll := func() {
-		for _, id := range order {
-			if g := groups[id]; g.g != nil {
-				g.rr.latches.Release(g.g)
-				g.g = nil
-			}
-		}
-	}
+	pp := &preparedPart{in: in, txn: txn, groups: groups, order: order}
 	for _, id := range order {
 		g := groups[id]
 		term, ok := l.rt.fenceTerm(id)
 		if !ok {
-			releaseAll()
+			pp.release()
 			in.reply <- n.notLeaseholder(g.rr)
-			return
+			return nil
 		}
 		g.term = term
 		var spans []concurrency.LatchSpan
@@ -135,42 +158,28 @@ func (l *hierLoop) takePart(in *hierPartIn) {
 		}
 		lg, err := g.rr.latches.Acquire(ctx, spans)
 		if err != nil {
-			releaseAll()
+			pp.release()
 			in.reply <- pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err)
-			return
+			return nil
 		}
 		g.g = lg
 		if st := g.rr.r.Status(); !st.Leaseholder || st.Term != term {
-			releaseAll()
+			pp.release()
 			in.reply <- n.notLeaseholder(g.rr)
-			return
+			return nil
 		}
 	}
 	conflict := false
-	check := func(k []byte) error {
+	for _, k := range keysOf(req) {
 		err := mvcc.Refresh(n.eng, k, nil, req.StartTs, math.MaxUint64, req.StartTs)
 		var rc *mvcc.ReadConflictError
-		if errors.As(err, &rc) {
+		switch {
+		case errors.As(err, &rc):
 			conflict = true
+		case err != nil:
+			pp.release()
+			in.reply <- pbErr(rpcpb.ErrorCode_INTERNAL, "storage check: %v", err)
 			return nil
-		}
-		return err
-	}
-	for _, id := range order {
-		g := groups[id]
-		for _, w := range g.writes {
-			if err := check(w.Key); err != nil {
-				releaseAll()
-				in.reply <- pbErr(rpcpb.ErrorCode_INTERNAL, "storage check: %v", err)
-				return
-			}
-		}
-		for _, k := range g.reads {
-			if err := check(k); err != nil {
-				releaseAll()
-				in.reply <- pbErr(rpcpb.ErrorCode_INTERNAL, "storage check: %v", err)
-				return
-			}
 		}
 	}
 	part := hierarchy.Part{Txn: txn, Client: hierarchy.ClientID(req.Nodes[0]), Snapshot: req.StartTs, Conflict: conflict}
@@ -180,57 +189,89 @@ func (l *hierLoop) takePart(in *hierPartIn) {
 	for _, k := range req.Reads {
 		part.Reads = append(part.Reads, string(k))
 	}
-	var writeKeys [][]byte
 	for _, w := range req.Writes {
 		part.Writes = append(part.Writes, string(w.Key))
-		writeKeys = append(writeKeys, w.Key)
+		pp.writeKeys = append(pp.writeKeys, w.Key)
 	}
 	l.v.Observe(n.hierReadFloor.Load())
-	perr := l.v.Propose(part)
-	rd := l.v.Ready()
-	passed := false
-	for _, pr := range rd.Parts {
+	pp.perr = l.v.Propose(part)
+	pp.rd = l.v.Ready()
+	for _, pr := range pp.rd.Parts {
 		if pr.Part.Txn == txn && pr.OK {
-			passed = true
+			pp.passed = true
 		}
 	}
-	for _, d := range rd.Decisions {
+	for _, d := range pp.rd.Decisions {
 		if d.Txn == txn && d.Commit {
-			passed = true
+			pp.passed = true
 		}
 	}
-	var failure *rpcpb.Error
-	if passed && perr == nil && len(req.Writes) > 0 {
-		failure = l.writeIntents(ctx, req, groups, order)
-		l.parts[txn] = writeKeys
+	pp.passed = pp.passed && pp.perr == nil
+	return pp
+}
+
+// release releases the latches a prepared part still holds.
+func (pp *preparedPart) release() {
+	for _, id := range pp.order {
+		if g := pp.groups[id]; g.g != nil {
+			g.rr.latches.Release(g.g)
+			g.g = nil
+		}
 	}
-	releaseAll()
-	if failure != nil {
-		// Some intents may be in place: the transaction must not commit.
-		// Its abort is recorded before anything of this Ready leaves
-		// (the decider's commit, if it comes, then finds it and sends it).
-		abort := hierarchy.Decision{Txn: txn}
-		local := false
-		for i, d := range rd.Decisions {
-			if d.Txn == txn {
-				rd.Decisions[i], local = abort, true
+}
+
+// finishParts is step 5 of takePart for prepared parts taken in order:
+// their intents are written concurrently (concurrent proposals share
+// Raft's batched appends), every latch is released, and their Readies are
+// left, in order, for carryOut.
+func (l *hierLoop) finishParts(pps []*preparedPart) {
+	failures := make([]*rpcpb.Error, len(pps))
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(l.rt.n.stopCtx, l.rt.n.cfg.RequestTimeout)
+	defer cancel()
+	for i, pp := range pps {
+		if !pp.passed || len(pp.in.req.Writes) == 0 {
+			continue
+		}
+		l.parts[pp.txn] = pp.writeKeys
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			failures[i] = l.writeIntents(ctx, pp.in.req, pp.groups, pp.order)
+		}()
+	}
+	wg.Wait()
+	for i, pp := range pps {
+		pp.release()
+		rd := pp.rd
+		if failures[i] != nil {
+			// Some intents may be in place: the transaction must not
+			// commit. Its abort is recorded before anything of this Ready
+			// leaves (the decider's commit, if it comes, then finds it and
+			// sends it).
+			abort := hierarchy.Decision{Txn: pp.txn}
+			local := false
+			for j, d := range rd.Decisions {
+				if d.Txn == pp.txn {
+					rd.Decisions[j], local = abort, true
+				}
+			}
+			if local {
+				l.override(abort, false)
+			} else {
+				rd.Decisions = append(rd.Decisions, abort)
+				l.v.Decided(abort)
 			}
 		}
-		if local {
-			l.override(abort, false)
-		} else {
-			rd.Decisions = append(rd.Decisions, abort)
-			l.v.Decided(abort)
+		l.acc = mergeReady(l.acc, rd)
+		switch {
+		case pp.perr != nil && errors.Is(pp.perr, hierarchy.ErrOverloaded):
+			pp.in.reply <- pbErr(rpcpb.ErrorCode_UNAVAILABLE, "%v", pp.perr)
+		case pp.perr != nil:
+			pp.in.reply <- pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "%v", pp.perr)
+		default:
+			pp.in.reply <- failures[i]
 		}
-	}
-	l.acc = mergeReady(l.acc, rd)
-	switch {
-	case perr != nil && errors.Is(perr, hierarchy.ErrOverloaded):
-		in.reply <- pbErr(rpcpb.ErrorCode_UNAVAILABLE, "%v", perr)
-	case perr != nil:
-		in.reply <- pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "%v", perr)
-	default:
-		in.reply <- failure
 	}
 }
 
