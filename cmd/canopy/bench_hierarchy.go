@@ -301,6 +301,26 @@ func startHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbe
 		}
 		dbs = append(dbs, db)
 	}
+	if s.Batch > 0 {
+		// A node takes hierarchy parts on a range it leads only once the
+		// range's lease fence has passed (kvserver.HierarchyLeaseFence).
+		fmt.Fprintf(os.Stderr, "%s: waiting for the validators' lease fences...\n", s.Name)
+		for ready := false; !ready; {
+			ready = true
+			for i := 0; i < hierbench.Nodes; i++ {
+				ready = ready && c.Node(i).HierarchyReady()
+			}
+			if ready {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				run.close()
+				return nil, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
 	k := hierbench.Keyspace{Objects: o.objects}
 	start := time.Now()
 	fmt.Fprintf(os.Stderr, "%s: loading %d objects...\n", s.Name, o.objects)
