@@ -30,6 +30,11 @@ type Config struct {
 	// Duration is how long faults are injected; then every fault is
 	// healed, the clients stop and the history is checked.
 	Duration time.Duration
+	// Faults, when positive, ends the run once that many faults have been
+	// injected and healed, however long they took, and Duration may be 0
+	// (a count, not a time, so that a loaded machine makes the run longer
+	// instead of leaving kinds out).
+	Faults int
 	// Interval is the quiet time between a heal and the next fault;
 	// FaultDuration how long each fault lasts.
 	Interval, FaultDuration time.Duration
@@ -97,7 +102,10 @@ func (c *Config) validate() error {
 	if len(c.Kinds) == 0 {
 		return errors.New("invalid argument: no fault kinds")
 	}
-	if c.Duration <= 0 || c.Interval <= 0 || c.FaultDuration <= 0 {
+	if c.Faults < 0 {
+		return fmt.Errorf("invalid argument: %d faults (0: as many as the duration allows)", c.Faults)
+	}
+	if (c.Duration <= 0 && c.Faults == 0) || c.Interval <= 0 || c.FaultDuration <= 0 {
 		return fmt.Errorf("invalid argument: duration %v, interval %v and fault duration %v must be positive", c.Duration, c.Interval, c.FaultDuration)
 	}
 	if c.Workers == 0 {
@@ -231,6 +239,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	frng := rand.New(rand.NewPCG(cfg.Seed, 0))
 	end := rep.Started.Add(cfg.Duration)
+	injected := 0
+	// more says whether another fault is due: by count when Faults is
+	// set, else by time.
+	more := func() bool {
+		if cfg.Faults > 0 {
+			return injected < cfg.Faults
+		}
+		return time.Now().Before(end)
+	}
 	var runErr error
 	sleep := func(d time.Duration) bool {
 		select {
@@ -253,7 +270,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			sleep(50 * time.Millisecond)
 		}
 	}
-	for i := 0; time.Now().Before(end) && runErr == nil; i++ {
+	for i := 0; more() && runErr == nil; i++ {
 		if !sleep(cfg.Interval) {
 			break
 		}
@@ -262,12 +279,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		// recovery time.
 		waitRecovery(RecoveryMax)
 		closeRecovery()
-		if !time.Now().Before(end) {
+		if !more() {
 			break
 		}
 		k := cfg.Kinds[i%len(cfg.Kinds)]
 		f, err := c.inject(ctx, db, k, frng)
 		if f != nil {
+			injected++
 			rep.Faults[k]++
 			current.Store(f.String())
 			logf("inject %s", f)
