@@ -85,7 +85,8 @@ Each experiment prints its tables and writes <out>-<experiment>.csv and
 	f.IntSliceVar(&o.lat.HitRates, "hit-rates", []int{100, 50}, "latency: percent of lookups that find a record")
 	f.DurationVar(&o.lat.Duration, "latency-duration", 5*time.Second, "latency: measured time per cell")
 	f.Int64Var(&o.lat.LookupsMax, "lookups-max", 2_000_000, "latency: lookups per cell (at most)")
-	f.Int64Var(&o.lat.CacheBytes, "cache-bytes", 1<<20, "latency: block cache of each store (small, so that blocks are read from the files)")
+	f.Int64Var(&o.lat.CacheBytes, "cache-bytes", 4<<20, "latency: block cache of each store (small, so that blocks are read from the files)")
+	f.IntVar(&o.lat.Tables, "tables", 8, "latency: L0 tables of each store (one flush per 1/tables of the records, no compaction)")
 	f.IntVar(&o.load.CC, "cc", 50_000, "loaders: cross column batch limit (CC)")
 	f.IntVar(&o.load.SQ, "sq", 200, "loaders: single query limit (SQ)")
 	f.IntSliceVar(&o.load.Readers, "readers", []int{1, 10}, "loaders: concurrent readers")
@@ -127,6 +128,9 @@ func runBenchStatus(ctx context.Context, o benchStatusOptions, command string) e
 		if h < 0 || h > 100 {
 			return usageErrorf("--hit-rates must be percentages")
 		}
+	}
+	if o.lat.Tables < 1 || o.lat.Tables > 1000 {
+		return usageErrorf("--tables must be in [1, 1000]")
 	}
 	if o.hot.Commits < 1 || o.hot.Concurrency < 1 || o.load.InFlightMax < 1 || o.load.LoadsMax < 1 || o.e2e.Trials < 1 || o.lat.LookupsMax < 1 {
 		return usageErrorf("--commits, --hot-concurrency, --in-flight, --loads-max, --trials and --lookups-max must be positive")

@@ -86,6 +86,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		ReadOnly:      opts.ReadOnly,
 		Levels:        opts.levelOptions(),
 	}
+	popts.DisableAutomaticCompactions = opts.DisableAutomaticCompactions
 	if opts.Mode == ModePebble {
 		popts.FormatMajorVersion = pebble.FormatNewest
 		threshold := opts.ThresholdBytes

@@ -120,6 +120,10 @@ type Options struct {
 	// experiments (canopy bench status).
 	BlockBytes      int
 	IndexBlockBytes int
+	// DisableAutomaticCompactions leaves flushed tables where they are
+	// (Pebble's option of the same name), for experiments that need a
+	// given shape of the LSM. Never for a node.
+	DisableAutomaticCompactions bool
 	// Metrics, if not nil, is where the engine registers its Prometheus
 	// collector (Pebble's metrics and the value log's counters, read at
 	// scrape time; metrics.go) from Open until Close.

@@ -58,25 +58,40 @@ type Store struct {
 
 // LoadStore writes the records of txns into a new engine in dir through
 // cfg's encoding (plain keys under keys.StatusPrefix, as a node stores
-// them), in batches of 10,000 without fsync, then flushes, and with
-// compact compacts the whole store into one level (the size experiment's
-// steady state; the latency experiment reads the levels the load left, as
-// a node would). cacheBytes is the block cache (small for the latency
-// experiment).
-func LoadStore(ctx context.Context, dir string, cfg StoreConfig, txns []Txn, cacheBytes int64, compact bool) (*Store, error) {
+// them), in batches of 10,000 without fsync. With tables == 0 it then
+// compacts the whole store into one level (the size experiment's steady
+// state); with tables > 0 it flushes after each 1/tables of the records,
+// with automatic compactions off, leaving that many L0 tables: the same
+// shape for every setting, and the shape where filters matter (a lookup
+// consults every table whose key range covers its key). cacheBytes is
+// the block cache (small for the latency experiment).
+func LoadStore(ctx context.Context, dir string, cfg StoreConfig, txns []Txn, cacheBytes int64, tables int) (*Store, error) {
 	enc, err := Encoding(cfg.Encoding)
 	if err != nil {
 		return nil, err
 	}
 	e, err := storage.Open(dir, storage.Options{NoSync: true, CacheBytes: cacheBytes, MemTableBytes: 64 << 20,
-		StatusFilterBitsPerKey: cfg.FilterBitsPerKey, BlockBytes: cfg.BlockBytes})
+		StatusFilterBitsPerKey: cfg.FilterBitsPerKey, BlockBytes: cfg.BlockBytes, DisableAutomaticCompactions: tables > 0})
 	if err != nil {
 		return nil, err
 	}
 	s := &Store{Config: cfg, Engine: e, Enc: enc, Txns: txns}
 	start := time.Now()
 	const batchKeys = 10_000
+	// With tables > 0, the store is flushed after each 1/tables of the
+	// records (in start_ts order, as they come), so that it holds that
+	// many L0 tables.
+	chunk := len(txns)
+	if tables > 0 {
+		chunk = (len(txns) + tables - 1) / tables
+	}
 	for i := 0; i < len(txns); i += batchKeys {
+		if tables > 0 && i > 0 && i%chunk < batchKeys {
+			if err := e.DB().Flush(); err != nil {
+				_ = e.Close()
+				return nil, err
+			}
+		}
 		if err := ctx.Err(); err != nil {
 			_ = e.Close()
 			return nil, err
@@ -105,7 +120,7 @@ func LoadStore(ctx context.Context, dir string, cfg StoreConfig, txns []Txn, cac
 		_ = e.Close()
 		return nil, err
 	}
-	if compact {
+	if tables == 0 {
 		if err := db.Compact(ctx, []byte{0}, []byte{0xff, 0xff}, false); err != nil {
 			_ = e.Close()
 			return nil, err
@@ -170,7 +185,7 @@ func Size(ctx context.Context, dir string, configs []StoreConfig, counts []int, 
 				return nil, err
 			}
 			progress(fmt.Sprintf("size: %s, %d transactions...", cfg.Name, n))
-			s, err := LoadStore(ctx, d, cfg, txns, 8<<20, true)
+			s, err := LoadStore(ctx, d, cfg, txns, 8<<20, 0)
 			if err != nil {
 				_ = os.RemoveAll(d)
 				return nil, err
@@ -211,7 +226,8 @@ type LatencyOptions struct {
 	HitRates    []int         // percent of lookups that find a record (default 100, 50)
 	Duration    time.Duration // per cell (default 5s)
 	LookupsMax  int64         // per cell (default 2,000,000)
-	CacheBytes  int64         // block cache (default 1 MiB)
+	CacheBytes  int64         // block cache (default 4 MiB)
+	Tables      int           // L0 tables of each store (default 8)
 	Seed        uint64
 	Configs     []StoreConfig // default RecordStoreConfigs
 	Dir         string        // parent of the stores ("" the system's temporary directory)
@@ -234,7 +250,10 @@ func (o *LatencyOptions) ensureDefaults() {
 		o.LookupsMax = 2_000_000
 	}
 	if o.CacheBytes == 0 {
-		o.CacheBytes = 1 << 20
+		o.CacheBytes = 4 << 20
+	}
+	if o.Tables == 0 {
+		o.Tables = 8
 	}
 	if o.Seed == 0 {
 		o.Seed = 1
@@ -269,7 +288,7 @@ func Latency(ctx context.Context, o LatencyOptions, progress func(string)) ([]La
 			return nil, err
 		}
 		progress(fmt.Sprintf("latency: loading %s with %d transactions...", cfg.Name, o.Txns))
-		s, err := LoadStore(ctx, filepath.Join(d, "store"), cfg, txns, o.CacheBytes, false)
+		s, err := LoadStore(ctx, filepath.Join(d, "store"), cfg, txns, o.CacheBytes, o.Tables)
 		if err != nil {
 			_ = os.RemoveAll(d)
 			return nil, err
