@@ -19,6 +19,10 @@
 #                 compare.csv, compare.png, run.txt (the runs' tables), raw/
 #                 (one CSV per point)
 #   WORKLOADS     subset of put,get,txn (default all three)
+#   SYSTEMS       subset of etcd,canopy,canopy-etcd (default all three):
+#                 canopy-etcd is the Canopy cluster driven through the etcd
+#                 v3 API its nodes serve (the same etcd client as for etcd),
+#                 compared with both in compare-etcdapi.md / -vs-canopy.md
 #   WARMUP        uncounted warm-up of every point (default 1s)
 #   KEYS, VALUE_BYTES, OPS_MAX   keyspace, value size, ops bound of a point
 #                 (defaults 10000, 256, 1000000)
@@ -59,6 +63,7 @@ DURATION=${DURATION:-10s}
 CLIENTS=${CLIENTS:-1,16,64,256}
 [[ $DURATION =~ ^[0-9]+$ ]] && DURATION=${DURATION}s
 WORKLOADS=${WORKLOADS:-put,get,txn}
+SYSTEMS=${SYSTEMS:-etcd,canopy,canopy-etcd}
 WARMUP=${WARMUP:-1s}
 KEYS=${KEYS:-10000}
 VALUE_BYTES=${VALUE_BYTES:-256}
@@ -211,7 +216,8 @@ ETCD_PID_LIST=$(IFS=,; echo "${ETCD_PIDS[*]}")
 CANOPY_PID_LIST=$(IFS=,; echo "${CANOPY_PIDS[*]}")
 log "etcd pids $ETCD_PID_LIST; canopy pids $CANOPY_PID_LIST"
 
-# only runs system $1 (etcd or canopy): the other's processes are stopped.
+# only runs system $1 (etcd, or canopy and canopy-etcd, which are the
+# Canopy cluster): the other's processes are stopped.
 only() {
 	if [[ $1 == etcd ]]; then
 		kill -STOP "${CANOPY_PIDS[@]}"
@@ -232,13 +238,14 @@ bench() {
 	# that neither pays for encryption the other skips.
 	local target=(--target canopy --insecure --host "$HOSTS" --pids "$CANOPY_PID_LIST")
 	[[ $sys == etcd ]] && target=(--target etcd --endpoints "$ENDPOINTS" --pids "$ETCD_PID_LIST")
+	[[ $sys == canopy-etcd ]] && target=(--target etcd --endpoints "$HOSTS" --pids "$CANOPY_PID_LIST" --label canopy-etcd)
 	timeout --signal=TERM --kill-after=10 "$RUN_TIMEOUT" \
 		"$CANOPY" bench "$kind" "${target[@]}" --keys "$KEYS" --value-bytes "$VALUE_BYTES" "$@"
 }
 
 STARTED=$(date -u +"%Y-%m-%d %H:%M UTC")
 {
-	echo "scripts/bench-vs-etcd.sh: DURATION=$DURATION WARMUP=$WARMUP CLIENTS=$CLIENTS WORKLOADS=$WORKLOADS KEYS=$KEYS VALUE_BYTES=$VALUE_BYTES OPS_MAX=$OPS_MAX"
+	echo "scripts/bench-vs-etcd.sh: DURATION=$DURATION WARMUP=$WARMUP CLIENTS=$CLIENTS WORKLOADS=$WORKLOADS SYSTEMS=$SYSTEMS KEYS=$KEYS VALUE_BYTES=$VALUE_BYTES OPS_MAX=$OPS_MAX"
 	echo "canopy: $CANOPY_DESC; etcd: $ETCD_VERSION; started $STARTED"
 } | tee -a "$OUT/run.txt"
 
@@ -269,7 +276,8 @@ for sys in etcd canopy; do
 done
 echo "idle server CPU over ${IDLE_SECONDS}s, no client: etcd ${IDLE_CPU[etcd]}%, canopy ${IDLE_CPU[canopy]}% of one CPU" >>"$OUT/run.txt"
 
-for sys in etcd canopy; do
+IFS=, read -r -a SYSTEM_LIST <<<"$SYSTEMS"
+for sys in "${SYSTEM_LIST[@]}"; do
 	only "$sys"
 	log "loading $sys: $KEYS keys for put/get, $KEYS for txn"
 	bench "$sys" kv --load-only >>"$OUT/run.txt"
@@ -282,7 +290,7 @@ LAST_CLIENTS=${CLIENT_LIST[${#CLIENT_LIST[@]}-1]}
 seq=0
 for wl in "${WORKLOAD_LIST[@]}"; do
 	for c in "${CLIENT_LIST[@]}"; do
-		for sys in etcd canopy; do
+		for sys in "${SYSTEM_LIST[@]}"; do
 			seq=$((seq + 1))
 			only "$sys"
 			out=$RAW/$(printf '%02d' $seq)-$wl-c$c-$sys
@@ -320,4 +328,14 @@ FS=$(df -T "$TMP" | awk 'NR==2 {print $2}')
 	--note "Idle servers (no client, before loading, ${IDLE_SECONDS}s): etcd used ${IDLE_CPU[etcd]}% and Canopy ${IDLE_CPU[canopy]}% of one CPU; this is inside every point's server CPU" \
 	--note "Data directories on $FS ($SCRATCH); $(nproc) CPUs; $(uname -sr)" |
 	tee -a "$OUT/run.txt"
+if [[ ,$SYSTEMS, == *,canopy-etcd,* ]]; then
+	note="Command and conditions as in compare.md; canopy-etcd: the Canopy cluster above driven through the etcd v3 API its nodes serve, by the same etcd client as etcd (one Canopy transaction per request)"
+	for b in etcd canopy; do
+		[[ ,$SYSTEMS, == *,$b,* ]] || continue
+		name=compare-etcdapi
+		[[ $b == canopy ]] && name=compare-etcdapi-vs-canopy
+		"$CANOPY" bench compare --in "$RAW" --a canopy-etcd --b "$b" --out "$OUT/$name" \
+			--title "Canopy through the etcd API against $b" --note "$note" | tee -a "$OUT/run.txt"
+	done
+fi
 log "done: $OUT/compare.md, compare.csv, compare.png; the runs' tables in $OUT/run.txt"

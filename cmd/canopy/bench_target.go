@@ -25,6 +25,7 @@ import (
 // of every run, and the output files.
 type benchClusterOptions struct {
 	target      string // "canopy" or "etcd"
+	label       string // --label: the cluster column's value ("" default)
 	host        string
 	endpoints   string
 	pids        []int
@@ -46,6 +47,7 @@ func init() { addSecurityFlags(benchCmd, true) } // conn.go
 
 func (o *benchClusterOptions) register(f *pflag.FlagSet, outDefault string) {
 	f.StringVar(&o.target, "target", "canopy", "system to drive: canopy or etcd (etcd needs --endpoints)")
+	f.StringVar(&o.label, "label", "", "name of the cluster in the table and CSV (default: canopy, etcd, or fsync / no fsync in this process); e.g. canopy-etcd for --target etcd at Canopy's nodes, which serve etcd's API")
 	f.StringVar(&o.host, "host", "", "canopy: comma-separated addresses of a running cluster (default: start a 3-node cluster in this process)")
 	f.StringVar(&o.endpoints, "endpoints", "", "etcd: comma-separated client addresses (host:port) of a running etcd cluster")
 	f.IntSliceVar(&o.pids, "pids", nil, "process ids of the cluster's server processes (external cluster): each run measures their CPU time (/proc/<pid>/stat) into the server cpu us/op column")
@@ -106,6 +108,9 @@ func (o *benchClusterOptions) validate() error {
 	if !inProcess && (len(o.fsync) != 1 || o.fsync[0] != "on") {
 		return fmt.Errorf("--fsync applies to the in-process cluster only; a running cluster syncs as it was started")
 	}
+	if o.label != "" && len(o.fsync) > 1 {
+		return fmt.Errorf("--label names one cluster; --fsync on,off runs two")
+	}
 	if inProcess && len(o.pids) > 0 {
 		return fmt.Errorf("--pids measures an external cluster; the in-process cluster's CPU is the cpu %% column")
 	}
@@ -141,6 +146,9 @@ func openBenchTargets(ctx context.Context, o benchClusterOptions, load func(cont
 	var targets []benchTarget
 	for _, fs := range o.fsync {
 		tg, err := openBenchTarget(ctx, o, fs == "off")
+		if err == nil && o.label != "" {
+			tg.label = o.label
+		}
 		if err != nil {
 			for _, t := range targets {
 				t.close()
