@@ -103,7 +103,7 @@ func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Co
 			return rpctypes.ErrGRPCFutureRev
 		}
 		x.writes++
-		return x.txn.Put(ctx, compactKey, encodeRev(r.Revision))
+		return x.bufPut(ctx, compactKey, encodeRev(r.Revision))
 	})
 	if err != nil {
 		return nil, err
@@ -157,7 +157,10 @@ func (s *Server) run(ctx context.Context, fn func(ctx context.Context, x *txnExe
 	var x *txnExec
 	err = db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
 		x = &txnExec{s: s, db: db, txn: txn, pending: map[*mvccpb.KeyValue]struct{}{}}
-		return fn(ctx, x)
+		if err := fn(ctx, x); err != nil {
+			return err
+		}
+		return x.finish(ctx)
 	})
 	if err != nil {
 		return 0, toStatus(err)
@@ -198,6 +201,10 @@ type txnExec struct {
 	deleted [][2][]byte
 	// headers are the sub-responses' headers, filled in after commit.
 	headers []*pb.ResponseHeader
+	// buffered are writes not yet sent, flushed whether they have been
+	// (buffer.go).
+	buffered []client.Write
+	flushed  bool
 }
 
 func (x *txnExec) wrote(k []byte) {
@@ -276,7 +283,7 @@ func (x *txnExec) scan(ctx context.Context, read scanFunc, start, end []byte, fn
 func (x *txnExec) all(ctx context.Context, key, rangeEnd []byte) ([]*mvccpb.KeyValue, error) {
 	start, end := dataSpan(key, rangeEnd)
 	var out []*mvccpb.KeyValue
-	err := x.scan(ctx, x.txn.Scan, start, end, func(kv *mvccpb.KeyValue) bool {
+	err := x.scan(ctx, x.bufScan, start, end, func(kv *mvccpb.KeyValue) bool {
 		out = append(out, kv)
 		return true
 	})
@@ -294,7 +301,7 @@ func (x *txnExec) get(ctx context.Context, key []byte) (*mvccpb.KeyValue, error)
 
 // compacted returns the compacted revision (0: none).
 func (x *txnExec) compacted(ctx context.Context) (int64, error) {
-	v, ok, err := x.txn.Get(ctx, compactKey)
+	v, ok, err := x.bufGet(ctx, compactKey)
 	if err != nil || !ok {
 		return 0, err
 	}
@@ -321,7 +328,7 @@ func (x *txnExec) rangeOp(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 	if _, ok := pb.RangeRequest_SortTarget_name[int32(r.SortTarget)]; !ok {
 		return nil, rpctypes.ErrGRPCInvalidSortOption
 	}
-	read := scanFunc(x.txn.Scan)
+	read := scanFunc(x.bufScan)
 	if r.Revision > 0 {
 		if r.Revision > int64(x.txn.StartTs()) {
 			return nil, rpctypes.ErrGRPCFutureRev
@@ -359,7 +366,13 @@ func (x *txnExec) rangeOp(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 	start, end := dataSpan(r.Key, r.RangeEnd)
 	var kvs []*mvccpb.KeyValue
 	count := 0
-	err := x.scan(ctx, read, start, end, func(kv *mvccpb.KeyValue) bool {
+	sx := x
+	if r.Revision > 0 {
+		// A read of the past: no version it reads is this
+		// transaction's own.
+		sx = &txnExec{s: x.s, pending: map[*mvccpb.KeyValue]struct{}{}}
+	}
+	err := sx.scan(ctx, read, start, end, func(kv *mvccpb.KeyValue) bool {
 		count++
 		if filtered && !x.passes(r, kv) {
 			return true
@@ -426,7 +439,7 @@ func (x *txnExec) lessBy(t pb.RangeRequest_SortTarget) func(a, b *mvccpb.KeyValu
 
 // leaseLive says whether lease id exists and has not expired.
 func (x *txnExec) leaseLive(ctx context.Context, id int64) (leaseRecord, bool, error) {
-	v, ok, err := x.txn.Get(ctx, leaseKey(id))
+	v, ok, err := x.bufGet(ctx, leaseKey(id))
 	if err != nil || !ok {
 		return leaseRecord{}, false, err
 	}
@@ -480,16 +493,16 @@ func (x *txnExec) put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, e
 		e.version, e.create = prev.Version+1, prev.CreateRevision
 	}
 	if prev != nil && prev.Lease != 0 && prev.Lease != lease {
-		if err := x.txn.Delete(ctx, indexKey(prev.Lease, r.Key)); err != nil {
+		if err := x.bufDelete(ctx, indexKey(prev.Lease, r.Key)); err != nil {
 			return nil, err
 		}
 	}
 	if lease != 0 && (prev == nil || prev.Lease != lease) {
-		if err := x.txn.Put(ctx, indexKey(lease, r.Key), []byte{1}); err != nil {
+		if err := x.bufPut(ctx, indexKey(lease, r.Key), []byte{1}); err != nil {
 			return nil, err
 		}
 	}
-	if err := x.txn.Put(ctx, dataKey(r.Key), encodeEnvelope(e, value)); err != nil {
+	if err := x.bufPut(ctx, dataKey(r.Key), encodeEnvelope(e, value)); err != nil {
 		return nil, err
 	}
 	x.wrote(dataKey(r.Key))
@@ -513,12 +526,12 @@ func (x *txnExec) deleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*p
 		if err := x.notDuplicate(kv.Key, false); err != nil {
 			return nil, err
 		}
-		if err := x.txn.Delete(ctx, dataKey(kv.Key)); err != nil {
+		if err := x.bufDelete(ctx, dataKey(kv.Key)); err != nil {
 			return nil, err
 		}
 		x.wrote(dataKey(kv.Key))
 		if kv.Lease != 0 {
-			if err := x.txn.Delete(ctx, indexKey(kv.Lease, kv.Key)); err != nil {
+			if err := x.bufDelete(ctx, indexKey(kv.Lease, kv.Key)); err != nil {
 				return nil, err
 			}
 		}

@@ -40,7 +40,7 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 			if r.ID == 0 {
 				id = rand.Int64N(1<<63-1) + 1
 			}
-			_, ok, err := x.txn.Get(ctx, leaseKey(id))
+			_, ok, err := x.bufGet(ctx, leaseKey(id))
 			if err != nil {
 				return err
 			}
@@ -52,7 +52,7 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 			}
 		}
 		x.writes++
-		return x.txn.Put(ctx, leaseKey(id), encodeLease(leaseRecord{ttlSeconds: ttl, expiryMs: physicalMs(x.txn.StartTs()) + ttl*1000}))
+		return x.bufPut(ctx, leaseKey(id), encodeLease(leaseRecord{ttlSeconds: ttl, expiryMs: physicalMs(x.txn.StartTs()) + ttl*1000}))
 	})
 	if err != nil {
 		return nil, err
@@ -88,7 +88,7 @@ func (s *Server) revoke(ctx context.Context, id int64, onlyExpired bool) (rev in
 				return nil
 			}
 			found = true
-			idx, err := x.txn.Scan(ctx, indexPrefixOf(id), prefixEnd(indexPrefixOf(id)), RevokeChunkKeys+1)
+			idx, err := x.bufScan(ctx, indexPrefixOf(id), prefixEnd(indexPrefixOf(id)), RevokeChunkKeys+1)
 			if err != nil {
 				return err
 			}
@@ -103,11 +103,11 @@ func (s *Server) revoke(ctx context.Context, id int64, onlyExpired bool) (rev in
 					return err
 				}
 				if kv != nil && kv.Lease == id {
-					if err := x.txn.Delete(ctx, dataKey(k)); err != nil {
+					if err := x.bufDelete(ctx, dataKey(k)); err != nil {
 						return err
 					}
 				}
-				if err := x.txn.Delete(ctx, c.Key); err != nil {
+				if err := x.bufDelete(ctx, c.Key); err != nil {
 					return err
 				}
 				x.writes++
@@ -115,7 +115,7 @@ func (s *Server) revoke(ctx context.Context, id int64, onlyExpired bool) (rev in
 			if len(idx) <= RevokeChunkKeys {
 				done = true
 				x.writes++
-				return x.txn.Delete(ctx, leaseKey(id))
+				return x.bufDelete(ctx, leaseKey(id))
 			}
 			return nil
 		})
@@ -149,7 +149,7 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 			ttl = rec.ttlSeconds
 			rec.expiryMs = physicalMs(x.txn.StartTs()) + rec.ttlSeconds*1000
 			x.writes++
-			return x.txn.Put(ctx, leaseKey(req.ID), encodeLease(rec))
+			return x.bufPut(ctx, leaseKey(req.ID), encodeLease(rec))
 		})
 		if err != nil {
 			return err
@@ -176,7 +176,7 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 		p := indexPrefixOf(r.ID)
 		start := p
 		for {
-			idx, err := x.txn.Scan(ctx, start, prefixEnd(p), scanPageKeys)
+			idx, err := x.bufScan(ctx, start, prefixEnd(p), scanPageKeys)
 			if err != nil {
 				return err
 			}
@@ -220,7 +220,7 @@ func (x *txnExec) leases(ctx context.Context, keep func(id int64, rec leaseRecor
 	var out []*pb.LeaseStatus
 	start := leasePrefix
 	for {
-		kvs, err := x.txn.Scan(ctx, start, prefixEnd(leasePrefix), scanPageKeys)
+		kvs, err := x.bufScan(ctx, start, prefixEnd(leasePrefix), scanPageKeys)
 		if err != nil {
 			return nil, err
 		}
