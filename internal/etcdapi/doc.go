@@ -23,7 +23,8 @@
 //  1. One etcd request is one Canopy transaction (client.DB.Txn,
 //     serializable): a Txn's compares and operations are atomic and
 //     isolated together, and retried by the client library on conflicts
-//     before anything is acknowledged.
+//     before anything is acknowledged. Its writes are handed to the
+//     commit (buffer.go): one Raft proposal when they fall in one range.
 //  2. A revision is a Canopy commit timestamp: the revision of a request
 //     that writes is its transaction's commit timestamp, that of a
 //     request that only reads its start timestamp. Revisions are unique
