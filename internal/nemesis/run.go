@@ -55,6 +55,10 @@ type Config struct {
 	CommitProtocol string
 }
 
+// injectTries is how many times a kind whose injection failed is tried
+// before the run moves on to the next kind.
+const injectTries = 3
+
 // RecoveryMax bounds the wait, after a heal, for the clients' first
 // success; a heal without one by then is reported unrecovered.
 const RecoveryMax = time.Minute
@@ -270,7 +274,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			sleep(50 * time.Millisecond)
 		}
 	}
-	for i := 0; more() && runErr == nil; i++ {
+	next, failed := 0, 0
+	for more() && runErr == nil {
 		if !sleep(cfg.Interval) {
 			break
 		}
@@ -282,8 +287,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if !more() {
 			break
 		}
-		k := cfg.Kinds[i%len(cfg.Kinds)]
+		k := cfg.Kinds[next%len(cfg.Kinds)]
 		f, err := c.inject(ctx, db, k, frng)
+		// A kind that could not be injected is tried again (a few times)
+		// before the next kind, so that a count-bound run covers every
+		// kind.
+		if failed++; f != nil || failed >= injectTries {
+			next, failed = next+1, 0
+		}
 		if f != nil {
 			injected++
 			rep.Faults[k]++
