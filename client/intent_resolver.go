@@ -335,7 +335,6 @@ func (r *intentResolver) process(batch []resolveTask) {
 		}
 		db.stats.resolveDropped.add(int64(len(batch)))
 	}
-	r.dropStaging(ctx, batch)
 	for _, t := range batch {
 		if t.heartbeatKey == nil {
 			continue
@@ -357,7 +356,8 @@ func (r *intentResolver) process(batch []resolveTask) {
 }
 
 // recordStaged writes COMMITTED for the implicitly committed transactions
-// of batch (put-unless-exists, one batched request), and returns the tasks
+// of batch (put-unless-exists, one batched request) and deletes their
+// STAGING records in the same proposals, and returns the tasks
 // whose intents may now be resolved: the others, and those whose status is
 // recorded. A staged task whose status write fails is left to readers'
 // recovery, intents and all.
@@ -377,8 +377,16 @@ func (r *intentResolver) recordStaged(ctx context.Context, batch []resolveTask) 
 			continue
 		}
 		staged = append(staged, t)
-		reqs = append(reqs, &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainPutUnlessExists{
-			PlainPutUnlessExists: &rpcpb.PlainPutUnlessExistsRequest{Key: db.statusKey(t.startTs), Value: v}}})
+		// The STAGING record goes in the same batch (the staging key sorts
+		// right after the status key, in the same range: one proposal).
+		// Safe whatever the put finds: after it the status key holds a
+		// decision, and then nobody needs the record and none can be
+		// written again (a STAGING put is answered with a FENCE).
+		reqs = append(reqs,
+			&rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainPutUnlessExists{
+				PlainPutUnlessExists: &rpcpb.PlainPutUnlessExistsRequest{Key: db.statusKey(t.startTs), Value: v}}},
+			&rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainPut{PlainPut: &rpcpb.PlainPutRequest{
+				Key: db.stagingKey(t.startTs), Delete: true}}})
 	}
 	if len(staged) == 0 {
 		return out
@@ -393,8 +401,8 @@ func (r *intentResolver) recordStaged(ctx context.Context, batch []resolveTask) 
 		return out
 	}
 	for i, t := range staged {
-		p := resps[i].GetPlainPutUnlessExists()
-		v := reqs[i].GetPlainPutUnlessExists().GetValue()
+		p := resps[2*i].GetPlainPutUnlessExists()
+		v := reqs[2*i].GetPlainPutUnlessExists().GetValue()
 		if p == nil || !(p.GetSucceeded() || string(p.GetExisting()) == string(v)) {
 			// Only recovery writes another value, and for an implicitly
 			// committed transaction it writes the same COMMITTED.
@@ -406,30 +414,6 @@ func (r *intentResolver) recordStaged(ctx context.Context, batch []resolveTask) 
 		out = append(out, t)
 	}
 	return out
-}
-
-// dropStaging deletes the STAGING records of the staged transactions of
-// batch, whose COMMITTED status recordStaged has recorded (it keeps only
-// those): a reader checks the status key first, so nobody reads the
-// record again, and it holds every staged key. Safe even against a reader
-// that looked before COMMITTED was recorded: its FENCE then wins the
-// emptied key, and its ABORTED put-unless-exists finds COMMITTED and takes
-// it. Best effort: a record left behind costs space, not correctness.
-func (r *intentResolver) dropStaging(ctx context.Context, batch []resolveTask) {
-	db := r.db
-	var reqs []*rpcpb.RequestUnion
-	for _, t := range batch {
-		if t.staged {
-			reqs = append(reqs, &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PlainPut{PlainPut: &rpcpb.PlainPutRequest{
-				Key: db.stagingKey(t.startTs), Delete: true}}})
-		}
-	}
-	if len(reqs) == 0 {
-		return
-	}
-	if _, err := db.sender.sendPoints(ctx, true, reqs); err != nil && db.ctx.Err() == nil {
-		db.opts.Logger.Debug("canopy client: deleting STAGING records failed; they stay", "transactions", len(reqs), "err", err)
-	}
 }
 
 // close stops accepting tasks and waits up to drainMax for the queue to

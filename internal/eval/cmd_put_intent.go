@@ -10,7 +10,8 @@ import (
 // PutIntent writes a transaction's provisional value (or tombstone) at a
 // key. A committed version newer than the transaction's start, or another
 // transaction's intent, is a conflict; so is a write the key record
-// refuses (keyrecord.go).
+// refuses (keyrecord.go), and one of a transaction that started below the
+// GC threshold (TS_BELOW_GC_THRESHOLD).
 func init() {
 	register(rpcpb.MethodPutIntent, &Command{
 		Declare: func(ru *rpcpb.RequestUnion, _ *rpcpb.RangeDescriptor, add func(concurrency.LatchSpan)) {
@@ -26,6 +27,14 @@ func evalPutIntent(c Context, rw storage.ReadWriter, ru *rpcpb.RequestUnion, fx 
 		return nil, Mismatch(c.Desc, p.Key)
 	}
 	txn := mvcc.TxnMeta{StartTs: p.Txn.GetStartTs(), HeartbeatKey: p.Txn.GetHeartbeatKey()}
+	// A transaction that started below the GC threshold may have been
+	// refused here by a recovery whose refusal GC has since dropped
+	// (keyrecord.go): such a write is refused as a whole. Its reads and
+	// refreshes are refused there anyway; the client retries with a new
+	// start_ts.
+	if txn.StartTs < c.GCThreshold {
+		return nil, belowGC(c, txn.StartTs)
+	}
 	// A recovery that found this write missing refused it here for good
 	// (cmd_recover_intent.go): it must never land.
 	rec, err := loadKeyRecord(rw, p.Key)

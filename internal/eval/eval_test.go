@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/canopy-db/canopy/internal/concurrency"
+	"github.com/canopy-db/canopy/internal/mvcc"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/storage"
 	"github.com/cockroachdb/datadriven"
@@ -68,11 +69,33 @@ func TestEvalDataDriven(t *testing.T) {
 				var start, end string
 				d.ScanArgs(t, "start", &start)
 				d.ScanArgs(t, "end", &end)
-				ctx.Desc = &rpcpb.RangeDescriptor{RangeId: 1, StartKey: []byte(start), EndKey: []byte(end)}
+				ctx.Desc = &rpcpb.RangeDescriptor{RangeId: 1, StartKey: unquoteKey(t, start), EndKey: unquoteKey(t, end)}
 				if d.HasArg("gc") {
 					d.ScanArgs(t, "gc", &ctx.GCThreshold)
 				}
 				return ""
+			case "gc-records":
+				// Version GC's pass over the key records (GCKeyRecord via
+				// mvcc.GCLimitedPlain) below threshold, applied.
+				var threshold uint64
+				d.ScanArgs(t, "threshold", &threshold)
+				b := eng.NewBatch()
+				defer b.Close()
+				var total KeyRecordGC
+				slots, _, err := mvcc.GCLimitedPlain(b, ctx.Desc.StartKey, ctx.Desc.EndKey, threshold, 0, func(k, v []byte) ([]byte, bool) {
+					out, changed, st := GCKeyRecord(v, threshold)
+					total.Refusals += st.Refusals
+					total.OnePC += st.OnePC
+					total.Records += st.Records
+					return out, changed
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := b.Commit(false); err != nil {
+					t.Fatal(err)
+				}
+				return fmt.Sprintf("records changed %d: refusals dropped %d, 1PC entries dropped %d, records deleted %d\n", slots, total.Refusals, total.OnePC, total.Records)
 			case "write", "read":
 				req := &rpcpb.BatchRequest{RangeId: 1}
 				for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
@@ -145,7 +168,7 @@ func parseRequest(t *testing.T, line string) *rpcpb.RequestUnion {
 	}
 	b := func(k string) []byte {
 		if v, ok := args[k]; ok {
-			return []byte(v)
+			return unquoteKey(t, v)
 		}
 		return nil
 	}
@@ -264,4 +287,17 @@ func printResponse(out *strings.Builder, resp *rpcpb.BatchResponse) {
 			fmt.Fprintf(out, "%s: ok\n", strings.TrimPrefix(fmt.Sprintf("%T", v), "*rpcpb.ResponseUnion_"))
 		}
 	}
+}
+
+// unquoteKey reads a key or value argument: as written, or Go-quoted
+// ("\x00s\x01") for bytes a test file cannot spell.
+func unquoteKey(t *testing.T, s string) []byte {
+	if !strings.HasPrefix(s, `"`) {
+		return []byte(s)
+	}
+	u, err := strconv.Unquote(s)
+	if err != nil {
+		t.Fatalf("%s: %v", s, err)
+	}
+	return []byte(u)
 }

@@ -155,6 +155,51 @@ func (k *keyRecord) pruneBelow(gc uint64) {
 	k.refused = slices.DeleteFunc(k.refused, func(s uint64) bool { return s < gc })
 }
 
+// KeyRecordGC is what version GC removed from key records.
+type KeyRecordGC struct {
+	// Refusals and OnePC count the entries dropped; Records the records
+	// left empty and deleted.
+	Refusals, OnePC, Records int
+}
+
+// GCKeyRecord is version GC of one key record (docs/design-notes.md, "GC
+// of the records parallel commits and 1PC leave"): it drops the refusals
+// and the 1PC entries of transactions that started below threshold, and
+// returns the record to store (nil: delete it) and whether it changed.
+// Shared locks stay (ResolveIntent drops them). A value that does not
+// decode as a key record is left alone (changed false).
+//
+// Why this is safe, with the threshold the range records in the same
+// command (every request evaluated afterwards sees it):
+//   - a refusal of start s < threshold: PutIntent and CommitOnePC refuse
+//     every start below the threshold (TS_BELOW_GC_THRESHOLD), so the write
+//     the refusal kept out still cannot land;
+//   - a 1PC entry of start s < threshold: QueryOnePC below the threshold
+//     answers "unknown" unless the record names s, never "prevented", and a
+//     CommitOnePC below the threshold is refused, so the batch's outcome
+//     is settled; the client, which asks at once after a lost reply, only
+//     loses the "committed" answer if it asks after the GC TTL.
+func GCKeyRecord(v []byte, threshold uint64) (out []byte, changed bool, st KeyRecordGC) {
+	k, err := decodeKeyRecord(v)
+	if err != nil {
+		return v, false, st
+	}
+	n := len(k.refused)
+	k.pruneBelow(threshold)
+	st.Refusals = n - len(k.refused)
+	n = len(k.onePC)
+	k.onePC = slices.DeleteFunc(k.onePC, func(e onePCEntry) bool { return e.start < threshold })
+	st.OnePC = n - len(k.onePC)
+	if st.Refusals == 0 && st.OnePC == 0 {
+		return v, false, st
+	}
+	if k.empty() {
+		st.Records = 1
+		return nil, true, st
+	}
+	return k.encode(), true, st
+}
+
 func (k *keyRecord) encode() []byte {
 	f := byte(keyRecordFormat)
 	if len(k.shared) > 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/canopy-db/canopy/internal/eval"
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/mvcc"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -37,7 +38,7 @@ func (n *Node) collectRange(ctx context.Context, rr *rangeReplica, threshold uin
 	var start []byte
 	total := 0
 	for i := 0; i < GCCommandsPerRound; i++ {
-		res, e := n.propose(ctx, rr, &rpcpb.RaftCommand{Gc: &rpcpb.GCCommand{Threshold: threshold, StartKey: start, VersionsMax: GCVersionsPerCommand}})
+		res, e := n.propose(ctx, rr, &rpcpb.RaftCommand{Gc: &rpcpb.GCCommand{Threshold: threshold, StartKey: start, VersionsMax: GCVersionsPerCommand, KeyRecords: true}})
 		if e != nil {
 			return total, false, errorf(e)
 		}
@@ -46,6 +47,7 @@ func (n *Node) collectRange(ctx context.Context, rr *rangeReplica, threshold uin
 			return total, false, nil
 		}
 		total += r.deleted
+		n.countGC(r.deleted, r.records)
 		if len(r.resume) == 0 {
 			return total, true, nil
 		}
@@ -80,9 +82,17 @@ func (n *Node) CollectGarbage(ctx context.Context) (int, error) {
 	var first error
 	for _, rr := range reps {
 		d := rr.sm.Desc()
+		if d == nil || !rr.r.Status().IsLeader {
+			continue
+		}
+		if isStatusRange(d) {
+			if err := n.collectStaging(ctx, rr, changes[rr.r.RangeID()]); err != nil && first == nil {
+				first = fmt.Errorf("range r%d: staging GC: %w", d.RangeId, err)
+			}
+		}
 		// Only ranges holding user keys have versions (the last status
 		// range ends at the user prefix, so test the end key strictly).
-		if d == nil || !rr.r.Status().IsLeader || bytes.Compare(d.EndKey, keys.UserPrefix) <= 0 {
+		if bytes.Compare(d.EndKey, keys.UserPrefix) <= 0 {
 			continue
 		}
 		if n.gcSkip(rr, changes[rr.r.RangeID()], now, now-ttl) {
@@ -124,8 +134,8 @@ type gcRangeState struct {
 //     version, and no higher threshold finds more: skip for good, until
 //     the data changes.
 //   - otherwise a dry run of GC at threshold over the local engine, which
-//     proposes nothing, finds nothing to remove (the first version to
-//     remove ends it).
+//     proposes nothing, finds nothing to remove (the first version or key
+//     record entry to remove ends it).
 //
 // Skipping is always safe: GC removes only garbage, and a threshold left
 // where it was refuses fewer reads, all of which the versions kept still
@@ -145,7 +155,9 @@ func (n *Node) gcSkip(rr *rangeReplica, changes, now, threshold uint64) bool {
 		return true
 	}
 	b := n.eng.NewBatch()
-	found, _, err := mvcc.GCLimited(b, d.StartKey, d.EndKey, threshold, 1)
+	var kr eval.KeyRecordGC
+	slots := 0
+	found, _, err := mvcc.GCLimitedPlain(b, d.StartKey, d.EndKey, threshold, 1, keyRecordGC(threshold, &kr, &slots))
 	b.Close()
 	if err != nil || found > 0 {
 		return false
@@ -162,4 +174,110 @@ func (n *Node) gcDone(rr *rangeReplica, threshold uint64) {
 		st.cleanAt = threshold
 		n.gcState[id] = st
 	}
+}
+
+// Status-table GC (docs/design-notes.md, "GC of the records parallel
+// commits and 1PC leave"): the STAGING and FENCE records of decided
+// transactions. The leader finds candidates on its own engine (a staging
+// key whose status key holds a value), proposes them in GC commands of at
+// most GCStagingKeysPerCommand keys, and every replica deletes, at
+// application, those whose status key still holds a value (it never goes).
+
+// GCStagingKeysPerCommand bounds the staging keys of one GC command.
+const GCStagingKeysPerCommand = 1000
+
+// gcScanPage is how many plain keys the leader reads at a time.
+const gcScanPage = 1024
+
+// isStatusRange reports whether d holds part of the status table.
+func isStatusRange(d *rpcpb.RangeDescriptor) bool {
+	return bytes.Compare(d.StartKey, keys.UserPrefix) < 0 &&
+		(len(d.EndKey) == 0 || bytes.Compare(d.EndKey, keys.StatusPrefix) > 0)
+}
+
+// collectStaging runs status-table GC over a status range the node leads.
+// changes is the range's data-change count read before the round: a range
+// scanned in full at the same count is skipped (nothing was decided or
+// written since, and GC commands do not count), so an idle status range
+// stays quiescent.
+func (n *Node) collectStaging(ctx context.Context, rr *rangeReplica, changes uint64) error {
+	id := rr.r.RangeID()
+	if c, ok := n.stagingClean[id]; ok && c == changes {
+		return nil
+	}
+	d := rr.sm.Desc()
+	start, end := d.StartKey, d.EndKey
+	if bytes.Compare(start, keys.StatusPrefix) < 0 {
+		start = keys.StatusPrefix
+	}
+	if len(end) == 0 || bytes.Compare(end, keys.UserPrefix) > 0 {
+		end = keys.UserPrefix
+	}
+	snap := n.eng.NewSnapshot()
+	defer snap.Close()
+	var cand [][]byte
+	commands := 0
+	flush := func() error {
+		if len(cand) == 0 {
+			return nil
+		}
+		res, e := n.propose(ctx, rr, &rpcpb.RaftCommand{Gc: &rpcpb.GCCommand{StagingKeys: cand}})
+		cand = nil
+		commands++
+		if e != nil {
+			return errorf(e)
+		}
+		if r, ok := res.(gcResult); ok {
+			n.countGC(0, r.records)
+		}
+		return nil
+	}
+	for {
+		kvs, resume, err := mvcc.ScanPlain(snap, start, end, gcScanPage)
+		if err != nil {
+			return err
+		}
+		for _, kv := range kvs {
+			sk, ok := eval.StagingStatusKey(kv.Key)
+			if !ok {
+				continue
+			}
+			if _, decided, err := mvcc.GetPlain(snap, sk); err != nil {
+				return err
+			} else if !decided {
+				continue
+			}
+			cand = append(cand, kv.Key)
+			if len(cand) == GCStagingKeysPerCommand {
+				if err := flush(); err != nil {
+					return err
+				}
+				if commands >= GCCommandsPerRound {
+					return nil // the next round goes on
+				}
+			}
+		}
+		if len(resume) == 0 {
+			break
+		}
+		start = resume
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	n.stagingClean[id] = changes
+	return nil
+}
+
+// countGC adds what one GC command removed to the node's metrics.
+func (n *Node) countGC(versions int, r gcRecords) {
+	m := n.ops.metrics
+	if m == nil {
+		return
+	}
+	m.gcRemoved.WithLabelValues("version").Add(float64(versions))
+	m.gcRemoved.WithLabelValues("staging_record").Add(float64(r.staging))
+	m.gcRemoved.WithLabelValues("fence_record").Add(float64(r.fence))
+	m.gcRemoved.WithLabelValues("refusal").Add(float64(r.refusals))
+	m.gcRemoved.WithLabelValues("one_pc_entry").Add(float64(r.onePC))
 }

@@ -60,6 +60,11 @@ type metrics struct {
 	// a put-unless-exists of the final status that succeeded; one_pc: a
 	// CommitOnePC). Read-only transactions record nothing.
 	decisions *prometheus.CounterVec
+	// gcRemoved: what the GC commands this node proposed as leader
+	// removed, by kind (version; staging_record and fence_record: status
+	// records of decided transactions; refusal and one_pc_entry: entries of
+	// key records below the GC threshold).
+	gcRemoved *prometheus.CounterVec
 	// tso: the oracle's and the timestamp batcher's.
 	tso *tso.Metrics
 
@@ -92,6 +97,9 @@ func newMetrics(n *Node, reg *prometheus.Registry) (*metrics, error) {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "canopy_txn_decisions_total",
 			Help: "Transaction decisions recorded by this node as leaseholder, by outcome (committed, aborted) and path (status_record: the final status written to the status table; one_pc: a one-phase commit). Read-only transactions record none."},
 			[]string{"outcome", "path"}),
+		gcRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "canopy_gc_removed_total",
+			Help: "What the GC commands this node proposed as leader removed, by kind: version (old MVCC versions), staging_record and fence_record (parallel commits' records of decided transactions), refusal and one_pc_entry (key-record entries of transactions that started below the GC threshold)."},
+			[]string{"kind"}),
 	}
 	var err error
 	if m.tso, err = tso.NewMetrics(reg); err != nil {
@@ -101,6 +109,9 @@ func newMetrics(n *Node, reg *prometheus.Registry) (*metrics, error) {
 		m.decisions.WithLabelValues(outcome, "status_record") // listed at 0 from the start
 	}
 	m.decisions.WithLabelValues("committed", "one_pc")
+	for _, k := range []string{"version", "staging_record", "fence_record", "refusal", "one_pc_entry"} {
+		m.gcRemoved.WithLabelValues(k)
+	}
 	m.charts = prometheus.NewRegistry()
 	m.charts.MustRegister(m.batches, m.batchSeconds, m.requests, m.decisions)
 	transportSent := func(count func(*transport) uint64) func() float64 {
@@ -111,7 +122,7 @@ func newMetrics(n *Node, reg *prometheus.Registry) (*metrics, error) {
 			return 0
 		}
 	}
-	m.collectors = []prometheus.Collector{m.grpc, m.batches, m.batchSeconds, m.requests, m.intentsResolved, m.statusRequests, m.decisions, &rangeGauges{n: n},
+	m.collectors = []prometheus.Collector{m.grpc, m.batches, m.batchSeconds, m.requests, m.intentsResolved, m.statusRequests, m.decisions, m.gcRemoved, &rangeGauges{n: n},
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "canopy_raft_transport_batches_sent_total",
 			Help: "Batches of Raft messages this node handed to its peers' streams."},
 			transportSent(func(t *transport) uint64 { return t.batchesSent.Load() })),

@@ -333,6 +333,9 @@ type Node struct {
 	// gcMu, held for a whole round.
 	gcMu        sync.Mutex
 	gcState     map[uint64]gcRangeState
+	// stagingClean: per status range, its data-change count at the last
+	// status-table GC that scanned it in full (gc.go), under gcMu.
+	stagingClean map[uint64]uint64
 	bootstrapMu sync.Mutex
 	stopc       chan struct{}
 	// stopCtx ends when the node stops (stopCancel, called by Stop): work
@@ -411,6 +414,7 @@ func Start(cfg Config) (*Node, error) {
 	n.mu.refuseVotes = map[uint64]time.Time{}
 	n.active, n.balanceDue = map[uint64]struct{}{}, map[uint64]struct{}{}
 	n.gcState, n.splitChecked = map[uint64]gcRangeState{}, map[uint64]splitCheck{}
+	n.stagingClean = map[uint64]uint64{}
 	n.mu.conns = map[string]*grpc.ClientConn{}
 	n.feeds = map[uint64]*rangeReplica{}
 	schedCfg := cfg.RaftScheduler

@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/storage"
+	"github.com/canopy-db/canopy/internal/txnstatus"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -461,13 +462,71 @@ func loadGCThreshold(r storage.Reader, rangeID uint64) (uint64, error) {
 }
 
 type gcResult struct {
-	deleted int
+	deleted int // versions
 	resume  []byte
+	records gcRecords
+}
+
+// gcRecords counts the records a GC command removed besides versions
+// (docs/design-notes.md, "GC of the records parallel commits and 1PC
+// leave"): STAGING and FENCE records of decided transactions in the status
+// table; refusals and 1PC entries dropped from key records.
+type gcRecords struct {
+	staging, fence, refusals, onePC int
+}
+
+func (r *gcRecords) add(o gcRecords) {
+	r.staging += o.staging
+	r.fence += o.fence
+	r.refusals += o.refusals
+	r.onePC += o.onePC
+}
+
+// applyStagingGC deletes each of ks that is a staging key whose status key
+// holds a decision (checked here, at application, so every replica decides
+// alike). Once a transaction is decided nobody needs its STAGING or FENCE
+// record: readers look at the status key first, recovery ends in a
+// put-unless-exists there, and a STAGING put after the decision is answered
+// with a FENCE (cmd_plain_put_unless_exists.go).
+func (s *rangeSM) applyStagingGC(b *storage.Batch, desc *rpcpb.RangeDescriptor, ks [][]byte) (any, func()) {
+	var r gcRecords
+	for _, k := range ks {
+		sk, ok := eval.StagingStatusKey(k)
+		if !ok || !eval.ContainsKey(desc, k) || !eval.ContainsKey(desc, sk) {
+			continue
+		}
+		_, decided, err := mvcc.GetPlain(b, sk)
+		if err != nil {
+			panic(fmt.Sprintf("r%d: staging GC: %v", s.rangeID, err))
+		}
+		if !decided {
+			continue
+		}
+		v, found, err := mvcc.GetPlain(b, k)
+		if err != nil {
+			panic(fmt.Sprintf("r%d: staging GC: %v", s.rangeID, err))
+		}
+		if !found {
+			continue
+		}
+		if bytes.Equal(v, txnstatus.FenceValue()) {
+			r.fence++
+		} else {
+			r.staging++
+		}
+		if err := mvcc.DeletePlain(b, k); err != nil {
+			panic(fmt.Sprintf("r%d: staging GC: %v", s.rangeID, err))
+		}
+	}
+	return gcResult{records: r}, nil
 }
 
 func (s *rangeSM) applyGC(b *storage.Batch, desc *rpcpb.RangeDescriptor, gc *rpcpb.GCCommand) (any, func()) {
 	if desc == nil {
 		return &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_RANGE_NOT_FOUND, "r%d is not initialized", s.rangeID)}, nil
+	}
+	if len(gc.StagingKeys) > 0 {
+		return s.applyStagingGC(b, desc, gc.StagingKeys)
 	}
 	threshold, err := loadGCThreshold(b, s.rangeID)
 	if err != nil {
@@ -486,9 +545,33 @@ func (s *rangeSM) applyGC(b *storage.Batch, desc *rpcpb.RangeDescriptor, gc *rpc
 	if bytes.Compare(start, desc.EndKey) >= 0 {
 		return gcResult{}, nil
 	}
-	n, resume, err := mvcc.GCLimited(b, start, desc.EndKey, threshold, int(max(gc.VersionsMax, 1)))
+	var plain mvcc.PlainGC
+	var kr eval.KeyRecordGC
+	slots := 0
+	if gc.KeyRecords {
+		plain = keyRecordGC(threshold, &kr, &slots)
+	}
+	n, resume, err := mvcc.GCLimitedPlain(b, start, desc.EndKey, threshold, int(max(gc.VersionsMax, 1)), plain)
 	if err != nil {
 		panic(fmt.Sprintf("r%d: version GC: %v", s.rangeID, err))
 	}
-	return gcResult{deleted: n, resume: resume}, nil
+	return gcResult{deleted: n - slots, resume: resume, records: gcRecords{refusals: kr.Refusals, onePC: kr.OnePC}}, nil
+}
+
+// keyRecordGC is the plain-slot GC of version GC: the key records of user
+// keys (eval.GCKeyRecord), counted into st and slots (records changed).
+func keyRecordGC(threshold uint64, st *eval.KeyRecordGC, slots *int) mvcc.PlainGC {
+	return func(key, v []byte) ([]byte, bool) {
+		if !keys.IsUser(key) {
+			return v, false
+		}
+		out, changed, r := eval.GCKeyRecord(v, threshold)
+		if changed {
+			*slots++
+			st.Refusals += r.Refusals
+			st.OnePC += r.OnePC
+			st.Records += r.Records
+		}
+		return out, changed
+	}
 }

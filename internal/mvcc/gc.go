@@ -37,6 +37,21 @@ func GC(rw storage.ReadWriter, start, end []byte, thresholdTs Timestamp) (versio
 // stopped, the resumed pass would take the next older value for the
 // newest version and keep it, resurrecting a deleted value.
 func GCLimited(rw storage.ReadWriter, start, end []byte, thresholdTs Timestamp, versionsMax int) (versionsDeleted int, resumeKey []byte, err error) {
+	return GCLimitedPlain(rw, start, end, thresholdTs, versionsMax, nil)
+}
+
+// PlainGC is the GC of a plain slot's value for GCLimitedPlain: it returns
+// the value to store (nil: delete the slot) and whether it changed. It must
+// be deterministic (GC runs on every replica) and idempotent (a resumed GC
+// visits the slot again).
+type PlainGC func(key, value []byte) (out []byte, changed bool)
+
+// GCLimitedPlain is GCLimited that also passes the plain slot of each
+// logical key in the span to plain (if not nil) and writes back what it
+// returns; each changed slot counts as one deletion towards versionsMax and
+// in versionsDeleted. Version GC of user ranges uses it for the key records
+// (eval.GCKeyRecord), which live in the plain slots of user keys.
+func GCLimitedPlain(rw storage.ReadWriter, start, end []byte, thresholdTs Timestamp, versionsMax int, plain PlainGC) (versionsDeleted int, resumeKey []byte, err error) {
 	if thresholdTs == 0 {
 		return 0, nil, nil
 	}
@@ -53,6 +68,27 @@ func GCLimited(rw storage.ReadWriter, start, end []byte, thresholdTs Timestamp, 
 		k, kind, ts, err := DecodeKey(it.Key())
 		if err != nil {
 			return versionsDeleted, nil, err
+		}
+		if kind == KindPlain && plain != nil {
+			if full() {
+				return versionsDeleted, k, nil
+			}
+			raw, err := it.Value()
+			if err != nil {
+				return versionsDeleted, nil, fmt.Errorf("mvcc: gc: read plain %q: %w", k, err)
+			}
+			out, changed := plain(k, raw)
+			if changed {
+				if out == nil {
+					err = rw.Delete(it.Key())
+				} else {
+					err = rw.Set(it.Key(), out)
+				}
+				if err != nil {
+					return versionsDeleted, nil, fmt.Errorf("mvcc: gc: write plain %q: %w", k, err)
+				}
+				versionsDeleted++
+			}
 		}
 		if kind != KindVersion {
 			it.Next()

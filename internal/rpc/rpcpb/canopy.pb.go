@@ -4584,11 +4584,20 @@ func (x *RaftCommand) GetSetMembership() *SetMembershipCommand {
 // GCCommand removes versions shadowed at or below threshold (see mvcc.GC)
 // in [start_key, range end), at most versions_max of them, and raises the
 // range's GC threshold to threshold (never lowers it).
+// GCCommand is version GC below threshold from start_key (user ranges),
+// or, with staging_keys set, the status-table GC of parallel commits: each
+// staging key (a status key plus 0x00) is deleted if its status key holds
+// a decision, checked at application (docs/design-notes.md, "GC of the
+// records parallel commits and 1PC leave"). key_records: version GC also
+// prunes the key records (refusals, 1PC entries) below threshold; unset in
+// commands proposed before that existed, which apply as they did.
 type GCCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Threshold     uint64                 `protobuf:"varint,1,opt,name=threshold,proto3" json:"threshold,omitempty"`
 	StartKey      []byte                 `protobuf:"bytes,2,opt,name=start_key,json=startKey,proto3" json:"start_key,omitempty"`
 	VersionsMax   uint32                 `protobuf:"varint,3,opt,name=versions_max,json=versionsMax,proto3" json:"versions_max,omitempty"`
+	StagingKeys   [][]byte               `protobuf:"bytes,4,rep,name=staging_keys,json=stagingKeys,proto3" json:"staging_keys,omitempty"`
+	KeyRecords    bool                   `protobuf:"varint,5,opt,name=key_records,json=keyRecords,proto3" json:"key_records,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4642,6 +4651,20 @@ func (x *GCCommand) GetVersionsMax() uint32 {
 		return x.VersionsMax
 	}
 	return 0
+}
+
+func (x *GCCommand) GetStagingKeys() [][]byte {
+	if x != nil {
+		return x.StagingKeys
+	}
+	return nil
+}
+
+func (x *GCCommand) GetKeyRecords() bool {
+	if x != nil {
+		return x.KeyRecords
+	}
+	return false
 }
 
 // RangeState heads a range snapshot: what a replica needs besides data.
@@ -5712,11 +5735,14 @@ const file_canopy_proto_rawDesc = "" +
 	"\x10range_generation\x18\n" +
 	" \x01(\x04R\x0frangeGeneration\x121\n" +
 	"\badd_node\x18\v \x01(\v2\x16.canopy.AddNodeCommandR\aaddNode\x12C\n" +
-	"\x0eset_membership\x18\f \x01(\v2\x1c.canopy.SetMembershipCommandR\rsetMembership\"i\n" +
+	"\x0eset_membership\x18\f \x01(\v2\x1c.canopy.SetMembershipCommandR\rsetMembership\"\xad\x01\n" +
 	"\tGCCommand\x12\x1c\n" +
 	"\tthreshold\x18\x01 \x01(\x04R\tthreshold\x12\x1b\n" +
 	"\tstart_key\x18\x02 \x01(\fR\bstartKey\x12!\n" +
-	"\fversions_max\x18\x03 \x01(\rR\vversionsMax\"\xbf\x01\n" +
+	"\fversions_max\x18\x03 \x01(\rR\vversionsMax\x12!\n" +
+	"\fstaging_keys\x18\x04 \x03(\fR\vstagingKeys\x12\x1f\n" +
+	"\vkey_records\x18\x05 \x01(\bR\n" +
+	"keyRecords\"\xbf\x01\n" +
 	"\n" +
 	"RangeState\x12-\n" +
 	"\x05range\x18\x01 \x01(\v2\x17.canopy.RangeDescriptorR\x05range\x12!\n" +
