@@ -331,13 +331,13 @@ type Node struct {
 	leaderPreference leaderPreference
 	// gcState: what version GC rounds remember per range (gc.go), under
 	// gcMu, held for a whole round.
-	gcMu        sync.Mutex
-	gcState     map[uint64]gcRangeState
+	gcMu    sync.Mutex
+	gcState map[uint64]gcRangeState
 	// stagingClean: per status range, its data-change count at the last
 	// status-table GC that scanned it in full (gc.go), under gcMu.
 	stagingClean map[uint64]uint64
-	bootstrapMu sync.Mutex
-	stopc       chan struct{}
+	bootstrapMu  sync.Mutex
+	stopc        chan struct{}
 	// stopCtx ends when the node stops (stopCancel, called by Stop): work
 	// done for several callers at once is bounded by it, not by a caller.
 	stopCtx    context.Context
