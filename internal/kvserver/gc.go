@@ -217,6 +217,7 @@ func (n *Node) collectStaging(ctx context.Context, rr *rangeReplica, changes uin
 	defer snap.Close()
 	var cand [][]byte
 	commands := 0
+	applied := true // every command proposed applied as GC
 	flush := func() error {
 		if len(cand) == 0 {
 			return nil
@@ -227,9 +228,9 @@ func (n *Node) collectStaging(ctx context.Context, rr *rangeReplica, changes uin
 		if e != nil {
 			return errorf(e)
 		}
-		if r, ok := res.(gcResult); ok {
-			n.countGC(0, r.records)
-		}
+		r, ok := res.(gcResult)
+		applied = applied && ok
+		n.countGC(0, r.records)
 		return nil
 	}
 	for {
@@ -265,7 +266,9 @@ func (n *Node) collectStaging(ctx context.Context, rr *rangeReplica, changes uin
 	if err := flush(); err != nil {
 		return err
 	}
-	n.stagingClean[id] = changes
+	if applied {
+		n.stagingClean[id] = changes
+	}
 	return nil
 }
 
