@@ -106,6 +106,8 @@ func statusEncodingFor(s *rpcpb.ClusterSettings) (txnstatus.Encoding, error) {
 	switch s.GetStatusEncoding() {
 	case "", "tickets":
 		return txnstatus.NewTickets(s.GetTicketsPartitioningQuantum(), s.GetTicketsRowsPerQuantum())
+	case "tickets-mix":
+		return txnstatus.NewTicketsMix(s.GetTicketsPartitioningQuantum(), s.GetTicketsRowsPerQuantum())
 	case "v1":
 		return txnstatus.NewV1(), nil
 	}

@@ -114,7 +114,7 @@ func (db *DB) lookupStatuses(ctx context.Context, startTss []uint64) (map[uint64
 func (db *DB) statusCell(startTs uint64) txnstatus.Cell {
 	enc := db.encOf(startTs)
 	k := enc.Key(startTs)
-	if enc.Name() == "tickets" {
+	if txnstatus.IsTickets(enc) {
 		if c, err := txnstatus.SplitTicketsKey(k); err == nil {
 			return c
 		}

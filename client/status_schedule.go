@@ -220,7 +220,7 @@ func (db *DB) readSchedule(ctx context.Context) (*scheduleState, error) {
 type StatusEra struct {
 	// From is the first start timestamp of the era.
 	From uint64
-	// Encoding is "v1" or "tickets".
+	// Encoding is "v1", "tickets" or "tickets-mix".
 	Encoding string
 }
 
@@ -260,7 +260,7 @@ func (db *DB) StatusEncodingSchedule(ctx context.Context) (StatusSchedule, error
 }
 
 // SetStatusEncoding moves the cluster's status table to the encoding named
-// ("v1" or "tickets", with the cluster's tickets PQ and NP) for every
+// ("v1", "tickets" or "tickets-mix", with the cluster's tickets PQ and NP) for every
 // transaction that starts above the schedule's current valid-through:
 // transactions started before keep their encoding, and lookups of their
 // timestamps use it. It returns the schedule written; the change takes
@@ -274,13 +274,17 @@ func (db *DB) SetStatusEncoding(ctx context.Context, name string) (StatusSchedul
 	switch name {
 	case "v1":
 		enc = txnstatus.NewV1()
-	case "tickets":
+	case "tickets", "tickets-mix":
+		newEnc := txnstatus.NewTickets
+		if name == "tickets-mix" {
+			newEnc = txnstatus.NewTicketsMix
+		}
 		var err error
-		if enc, err = txnstatus.NewTickets(db.settings.GetTicketsPartitioningQuantum(), db.settings.GetTicketsRowsPerQuantum()); err != nil {
-			return StatusSchedule{}, fmt.Errorf("%w: %w", ErrInternal, err)
+		if enc, err = newEnc(db.settings.GetTicketsPartitioningQuantum(), db.settings.GetTicketsRowsPerQuantum()); err != nil {
+			return StatusSchedule{}, invalidArgf("%v", err)
 		}
 	default:
-		return StatusSchedule{}, invalidArgf("status encoding %q: want v1 or tickets", name)
+		return StatusSchedule{}, invalidArgf("status encoding %q: want v1, tickets or tickets-mix", name)
 	}
 	now, err := db.Timestamp(ctx)
 	if err != nil {

@@ -154,8 +154,8 @@ func checkInitFlags(host string, ranges, rf int, encoding string) error {
 	if err := checkRange("replication-factor", rf, 1, ReplicationFactorMax); err != nil {
 		return err
 	}
-	if encoding != "tickets" && encoding != "v1" {
-		return fmt.Errorf("--status-encoding %q: want tickets or v1", encoding)
+	if encoding != "tickets" && encoding != "tickets-mix" && encoding != "v1" {
+		return fmt.Errorf("--status-encoding %q: want tickets, tickets-mix or v1", encoding)
 	}
 	return nil
 }

@@ -52,8 +52,8 @@ func init() {
 			fmt.Println(s)
 			var sched client.StatusSchedule
 			if statusEncoding != "" {
-				if statusEncoding != "v1" && statusEncoding != "tickets" {
-					return usageErrorf("--status-encoding=%q: want v1 or tickets", statusEncoding)
+				if statusEncoding != "v1" && statusEncoding != "tickets" && statusEncoding != "tickets-mix" {
+					return usageErrorf("--status-encoding=%q: want v1, tickets or tickets-mix", statusEncoding)
 				}
 				if sched, err = db.SetStatusEncoding(ctx, statusEncoding); err != nil {
 					return err
@@ -69,7 +69,7 @@ func init() {
 	cmd.Flags().StringVar(&pipelining, "pipelining", "", "transactional pipelining: on, off or default")
 	cmd.Flags().StringVar(&parallel, "parallel-commits", "", "parallel commits (needs pipelining): on, off or default")
 	cmd.Flags().StringVar(&onePC, "one-pc", "", "one-phase commit: on, off or default")
-	cmd.Flags().StringVar(&statusEncoding, "status-encoding", "", "move the status table to this encoding (v1 or tickets) for transactions started after the cutover")
+	cmd.Flags().StringVar(&statusEncoding, "status-encoding", "", "move the status table to this encoding (v1, tickets or tickets-mix) for transactions started after the cutover")
 	adminCmd.AddCommand(cmd)
 }
 

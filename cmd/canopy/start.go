@@ -226,7 +226,7 @@ cluster already initialized it fails with exit status 2.`,
 	addConnFlags(cmd)
 	cmd.Flags().IntVar(&ranges, "initial-ranges", 1, fmt.Sprintf("pre-split the user keyspace into this many ranges (at most %d)", kvserver.InitialRangesMax))
 	cmd.Flags().IntVar(&rf, "replication-factor", 3, "replicas per range (capped at the number of nodes)")
-	cmd.Flags().StringVar(&encoding, "status-encoding", "tickets", "transaction status table encoding: tickets or v1")
+	cmd.Flags().StringVar(&encoding, "status-encoding", "tickets", "transaction status table encoding: tickets, tickets-mix or v1")
 	cmd.Flags().StringVar(&protocol, "commit-protocol", string(commitprotocol.Default), "the cluster's commit protocol, fixed for its life: "+strings.Join(commitprotocol.Names(), ", ")+"")
 	hier.register(cmd)
 	cmd.Flags().Uint64Var(&pq, "tickets-partitioning-quantum", kvserver.DefaultPartitioningQuantum, "tickets encoding: timestamps per partition (PQ)")

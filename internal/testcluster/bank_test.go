@@ -406,6 +406,12 @@ func TestBankLeaderKillV1(t *testing.T) {
 	runBankEncoding(t, "v1", storage.Options{}, killFault)
 }
 
+// TestBankLeaderKillTicketsMix is TestBankLeaderKill with the tickets-mix
+// status encoding.
+func TestBankLeaderKillTicketsMix(t *testing.T) {
+	runBankEncoding(t, "tickets-mix", storage.Options{}, killFault)
+}
+
 // TestBankLeaderKillValueSeparation is TestBankLeaderKill with every value
 // separated into blob files (storage.ModePunch with a threshold of 8
 // bytes, which every balance and receipt reaches) and blob GC running:

@@ -18,6 +18,10 @@
 //     start_ts) or empty for aborted. Consecutive start timestamps get
 //     different top key bits and so land on different ranges when the table
 //     is pre-split with keys.StatusSplitKeys (a power of two up to NP).
+//   - NewTicketsMix: tickets with the row offset XORed with the low bits of
+//     the start timestamp's millisecond, because Canopy's timestamps are
+//     not a dense counter: their low bits are mostly small, and plain
+//     tickets then loads some status ranges far more than others.
 //
 // # STAGING (parallel commits)
 //

@@ -81,6 +81,16 @@ func (t tickets) scanSpans(from, to uint64) ([]Span, bool) {
 			}
 			base := p*t.pq + o2
 			cFrom, cTo := columnsFrom(base, from, t.np), columnsFrom(base, to, t.np)
+			if t.mix {
+				// A row's timestamp in column c is somewhere in the
+				// column's block [p*pq + c*np, +np): take every block
+				// that meets the interval (the caller filters).
+				pbase := p * t.pq
+				cFrom, cTo = 0, columnsFrom(pbase, to, t.np)
+				if from > pbase {
+					cFrom = (from - pbase) / t.np
+				}
+			}
 			cTo = min(cTo, cols)
 			if cFrom >= cTo {
 				continue
@@ -97,7 +107,7 @@ func (t tickets) scanSpans(from, to uint64) ([]Span, bool) {
 		}
 	}
 	slices.SortFunc(spans, func(a, b Span) int { return bytes.Compare(a.Start, b.Start) })
-	return spans, true
+	return spans, !t.mix
 }
 
 // columnsFrom returns the first column c with base + c*np >= ts: 0 when

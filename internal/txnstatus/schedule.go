@@ -144,13 +144,14 @@ func (s Schedule) Collides(startTs uint64) bool {
 //	byte      format (1)
 //	uint64    ValidThrough, big endian
 //	byte      count of eras
-//	per era:  uint64 From, byte kind (1 v1, 2 tickets), and for tickets
+//	per era:  uint64 From, byte kind (1 v1, 2 tickets, 3 tickets-mix), and for tickets
 //	          uint64 PQ, uint64 NP
 const scheduleFormat = 1
 
 const (
-	kindV1      = 1
-	kindTickets = 2
+	kindV1         = 1
+	kindTickets    = 2
+	kindTicketsMix = 3
 )
 
 // EncodeSchedule encodes s. It returns ErrInvalidArgument for a schedule
@@ -169,7 +170,11 @@ func EncodeSchedule(s Schedule) ([]byte, error) {
 		case v1:
 			out = append(out, kindV1)
 		case tickets:
-			out = append(out, kindTickets)
+			kind := byte(kindTickets)
+			if enc.mix {
+				kind = kindTicketsMix
+			}
+			out = append(out, kind)
 			out = binary.BigEndian.AppendUint64(out, enc.pq)
 			out = binary.BigEndian.AppendUint64(out, enc.np)
 		default:
@@ -213,7 +218,7 @@ func DecodeSchedule(b []byte) (Schedule, error) {
 		switch kind {
 		case kindV1:
 			enc = NewV1()
-		case kindTickets:
+		case kindTickets, kindTicketsMix:
 			if len(b) < 16 {
 				return bad("truncated tickets era")
 			}
@@ -223,6 +228,12 @@ func DecodeSchedule(b []byte) (Schedule, error) {
 				return bad("tickets era with bad PQ or NP")
 			}
 			enc = tickets{pq: pq, np: np}
+			if kind == kindTicketsMix {
+				var err error
+				if enc, err = NewTicketsMix(pq, np); err != nil {
+					return bad(err.Error())
+				}
+			}
 		default:
 			return bad(fmt.Sprintf("era of unknown kind %d", kind))
 		}

@@ -149,6 +149,13 @@ func TestScanScheduleQuick(t *testing.T) {
 		np := uint64(1) << rng.Intn(4)
 		encs := []Encoding{NewV1(), mustTickets(t, np*uint64(1+rng.Intn(8)), np)}
 		if rng.Intn(2) == 0 {
+			mix, err := NewTicketsMix(np*uint64(1+rng.Intn(8)), np)
+			if err != nil {
+				t.Fatal(err)
+			}
+			encs[1] = mix
+		}
+		if rng.Intn(2) == 0 {
 			encs[0], encs[1] = encs[1], encs[0]
 		}
 		top := rng.Intn(2) == 0
@@ -233,5 +240,76 @@ func TestScanScheduleQuick(t *testing.T) {
 	}
 	if err := quick.Check(f, &quick.Config{MaxCount: 200}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTicketsMix: tickets-mix is a bijection (every key decodes to its
+// timestamp; no two timestamps of a dense stretch share a key), keeps
+// each timestamp in its tickets partition and column, spreads timestamps
+// that all end in small counters over every row, and round-trips through
+// a schedule.
+func TestTicketsMix(t *testing.T) {
+	for _, np := range []uint64{1, 2, 16} {
+		mix, err := NewTicketsMix(np*1000, np)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain := mustTickets(t, np*1000, np)
+		seen := map[string]uint64{}
+		rng := rand.New(rand.NewSource(int64(np)))
+		var tss []uint64
+		for i := range uint64(5000) {
+			tss = append(tss, i, 1<<MixShift+i, math.MaxUint64-i, rng.Uint64())
+		}
+		for _, ts := range tss {
+			k := mix.Key(ts)
+			back, err := mix.StartTs(k)
+			if err != nil || back != ts {
+				t.Fatalf("np %d: key of %d decodes to %d, %v", np, ts, back, err)
+			}
+			if prev, dup := seen[string(k)]; dup && prev != ts {
+				t.Fatalf("np %d: %d and %d share key %x", np, prev, ts, k)
+			}
+			seen[string(k)] = ts
+			// Same column as plain tickets (the last bytes).
+			if !bytes.Equal(k[8:], plain.Key(ts)[8:]) {
+				t.Fatalf("np %d: %d changed column", np, ts)
+			}
+		}
+	}
+	if _, err := NewTicketsMix(30, 3); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("NP 3: %v, want ErrInvalidArgument", err)
+	}
+	// Start timestamps that are the first few of their millisecond: plain
+	// tickets puts them in few rows, tickets-mix in all 16 evenly.
+	mix, _ := NewTicketsMix(0, 0)
+	plain := mustTickets(t, 0, 0)
+	rows := func(enc Encoding) map[byte]int {
+		m := map[byte]int{}
+		for ms := uint64(1_700_000_000_000); ms < 1_700_000_000_000+1600; ms++ {
+			m[enc.Key(ms<<MixShift + ms%3)[0]>>4]++
+		}
+		return m
+	}
+	if p, x := rows(plain), rows(mix); len(p) != 3 || len(x) != 16 {
+		t.Fatalf("rows used: plain %d, mix %d; want 3 and 16", len(p), len(x))
+	} else {
+		for r, n := range x {
+			if n < 90 || n > 110 {
+				t.Fatalf("mix: row %x holds %d of 1600, want about 100", r, n)
+			}
+		}
+	}
+	s, err := NewSchedule(plain, 10).Switch(mix, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := EncodeSchedule(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeSchedule(b)
+	if err != nil || back.For(11).Name() != "tickets-mix" || !SameEncoding(back.For(11), mix) || SameEncoding(back.For(0), mix) {
+		t.Fatalf("schedule round trip: %+v, %v", back, err)
 	}
 }

@@ -42,6 +42,68 @@ const rowBytes = 8
 type tickets struct {
 	pq uint64 // partitioning quantum: timestamps per partition
 	np uint64 // rows per partition (quantum)
+	// mix: the row offset (ts%pq)%np is XORed with (ts>>MixShift)%np, the
+	// low bits of the timestamp's millisecond (NewTicketsMix).
+	mix bool
+}
+
+// MixShift is where tickets-mix takes the bits it mixes into the row
+// offset: the oracle's default LogicalBits, so that they are the low bits
+// of the timestamp's wall-clock millisecond.
+const MixShift = 18
+
+// NewTicketsMix returns "tickets-mix": the tickets layout with the row
+// offset of ts XORed with (ts >> MixShift) % NP. The record's tickets
+// assume dense counter timestamps, whose low bits are uniform; Canopy's
+// are milliseconds << 18 plus a counter that restarts every millisecond,
+// so at a few hundred transactions a second most start timestamps end in
+// small numbers and tickets puts a third of them in one of 16 status
+// ranges (docs/BENCHMARKS.md, "Hot spots"). The millisecond's low bits
+// move evenly with time, and the XOR spreads each offset over every row.
+//
+// It is a bijection that keeps partitions and columns: NP must be a power
+// of two dividing 2^MixShift, so that the NP timestamps of one column of a
+// partition (an NP-aligned block) share their millisecond bits, and the
+// XOR only permutes the block's rows. Rows still hold their timestamps in
+// column order; a range scan reads whole boundary columns and filters.
+func NewTicketsMix(partitioningQuantum, rowsPerQuantum uint64) (Encoding, error) {
+	e, err := NewTickets(partitioningQuantum, rowsPerQuantum)
+	if err != nil {
+		return nil, err
+	}
+	t := e.(tickets)
+	if t.np&(t.np-1) != 0 || t.np > 1<<MixShift {
+		return nil, fmt.Errorf("%w: tickets-mix needs rows per quantum a power of two up to 2^%d, not %d", ErrInvalidArgument, MixShift, t.np)
+	}
+	t.mix = true
+	return t, nil
+}
+
+// IsTickets reports whether enc has the tickets layout (a row and a
+// column): tickets or tickets-mix.
+func IsTickets(enc Encoding) bool {
+	_, ok := enc.(tickets)
+	return ok
+}
+
+// row is the row of ts: Row, with the offset mixed for tickets-mix.
+func (t tickets) row(ts uint64) uint64 {
+	r := Row(ts, t.pq, t.np)
+	if t.mix {
+		r ^= (ts >> MixShift) % t.np
+	}
+	return r
+}
+
+// startTs inverts row and Column.
+func (t tickets) startTs(row, column uint64) (uint64, error) {
+	ts, err := StartTsFromRowColumn(row, column, t.pq, t.np)
+	if err != nil || !t.mix {
+		return ts, err
+	}
+	// ts is in the NP-aligned block of its column; the block shares the
+	// mixed bits, so XORing them again gives the offset back.
+	return ts ^ ((ts >> MixShift) % t.np), nil
 }
 
 // NewTickets returns the tickets encoding with the given partitioning
@@ -85,12 +147,17 @@ func StartTsFromRowColumn(row, column, pq, np uint64) (uint64, error) {
 	return base + o1 + o2, nil
 }
 
-func (t tickets) Name() string { return "tickets" }
+func (t tickets) Name() string {
+	if t.mix {
+		return "tickets-mix"
+	}
+	return "tickets"
+}
 
 func (t tickets) Key(startTs uint64) []byte {
 	col := Column(startTs, t.pq, t.np)
 	key := make([]byte, rowBytes, rowBytes+VarLongLen(col))
-	binary.BigEndian.PutUint64(key, bits.Reverse64(Row(startTs, t.pq, t.np)))
+	binary.BigEndian.PutUint64(key, bits.Reverse64(t.row(startTs)))
 	return AppendVarLong(key, col)
 }
 
@@ -103,7 +170,7 @@ func (t tickets) StartTs(key []byte) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("tickets key column: %w", err)
 	}
-	return StartTsFromRowColumn(row, col, t.pq, t.np)
+	return t.startTs(row, col)
 }
 
 func (t tickets) EncodeValue(startTs, commitTs uint64) ([]byte, error) {

@@ -17,8 +17,10 @@ func Encoding(name string) (txnstatus.Encoding, error) {
 		return txnstatus.NewV1(), nil
 	case "tickets":
 		return txnstatus.NewTickets(0, 0)
+	case "tickets-mix":
+		return txnstatus.NewTicketsMix(0, 0)
 	}
-	return nil, fmt.Errorf("status encoding %q: want v1 or tickets", name)
+	return nil, fmt.Errorf("status encoding %q: want v1, tickets or tickets-mix", name)
 }
 
 // logicalBits is the oracle's default: a timestamp is wall-clock
