@@ -133,3 +133,24 @@ func TestOracleMonotonicAcrossFailover(t *testing.T) {
 		}
 	}
 }
+
+// TestPutOnNodeWithoutOracleReplica: a leaseholder with no replica of
+// range 1 (more nodes than the replication factor) still gets timestamps
+// for non-transactional puts, by asking the other nodes where the oracle
+// runs. Four nodes, one replica per range: the user ranges lie on nodes
+// 3, 4, 1 and 2, and only node 1 holds range 1.
+func TestPutOnNodeWithoutOracleReplica(t *testing.T) {
+	c := startCluster(t, testcluster.Options{Nodes: 4, ReplicationFactor: 1, InitialRanges: 4})
+	db := openDB(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), opDeadline)
+	defer cancel()
+	for _, k := range []string{"\x10a", "\x50a", "\x90a", "\xd0a"} {
+		if err := db.Put(ctx, []byte(k), []byte("v")); err != nil {
+			t.Fatalf("put %q: %v", k, err)
+		}
+		v, ok, err := db.Get(ctx, []byte(k))
+		if err != nil || !ok || string(v) != "v" {
+			t.Fatalf("get %q: %q %v %v", k, v, ok, err)
+		}
+	}
+}
