@@ -19,8 +19,8 @@ import (
 // commit's outcome is unknown even after looking it up. Any other error:
 // it did not commit.
 //
-// A transaction that wrote nothing commits without any request: its reads
-// were a consistent snapshot at start_ts.
+// A transaction that wrote nothing and holds no lock commits without any
+// request: its reads were a consistent snapshot at start_ts.
 func (t *Txn) Commit(ctx context.Context) error {
 	if t.hier != nil {
 		return t.hierCommit(ctx) // txn_hierarchy.go
@@ -36,13 +36,16 @@ func (t *Txn) Commit(ctx context.Context) error {
 	t.mu.state = txnCommitting
 	poisoned := t.mu.err
 	wrote := len(t.mu.writeKeys) > 0
+	// A transaction holding locks (2pc-locking's reads) lets its protocol
+	// decide even when it wrote nothing: its reads may need a check.
+	locked := len(t.mu.lockKeys) > 0
 	t.mu.Unlock()
 	t.opMu.Unlock()
 	if poisoned != nil {
 		_, _ = t.abort(ctx)
 		return poisoned
 	}
-	if !wrote && !t.hb.written() {
+	if !wrote && !locked && !t.hb.written() {
 		t.finish(ctx, decision{commitTs: t.startTs})
 		return nil
 	}

@@ -639,7 +639,7 @@ func (h *stepHarness) build(t *testing.T, d *datadriven.TestData) {
 		// set alone).
 		var locks []string
 		resolved := false
-		c := newTwoPCCoordinator(lower, twoPCTxn{
+		c := newTwoPCCoordinator(lower, 100, twoPCTxn{
 			addLock: func(k []byte) error {
 				h.log.add("lock set + %s", k)
 				locks = append(locks, string(k))

@@ -51,7 +51,7 @@ func (twoPCProtocol) stack(t *Txn) (txnLayer, *txnHeartbeater) {
 	l = newSpanRefresher(l, t.opts.Isolation == Serializable, db.opts.ReadSpansMax)
 	l = &txnCommitter{next: l, startTs: t.startTs, abortTimeout: db.opts.AbortTimeout, logger: db.opts.Logger, stats: &db.stats,
 		stepHook: db.opts.TestingCommitStep}
-	l = newTwoPCCoordinator(l, twoPCTxn{
+	l = newTwoPCCoordinator(l, t.startTs, twoPCTxn{
 		addLock: t.addLock,
 		cleanupKeys: func() [][]byte {
 			t.mu.Lock()
@@ -98,11 +98,16 @@ type twoPCCoordinator struct {
 		readSet map[string]bool
 		// prepared: a Prepare may have been sent (intents may exist).
 		prepared bool
+		// scanned: a scan was sent (its span must be refreshed).
+		scanned bool
 	}
+	// startTs is the transaction's start timestamp (a read-only
+	// transaction without scans commits at it).
+	startTs uint64
 }
 
-func newTwoPCCoordinator(next txnLayer, txn twoPCTxn) *twoPCCoordinator {
-	c := &twoPCCoordinator{next: next, txn: txn}
+func newTwoPCCoordinator(next txnLayer, startTs uint64, txn twoPCTxn) *twoPCCoordinator {
+	c := &twoPCCoordinator{next: next, txn: txn, startTs: startTs}
 	c.mu.writes = map[string]Write{}
 	c.mu.readSet = map[string]bool{}
 	return c
@@ -130,6 +135,12 @@ func (c *twoPCCoordinator) send(ctx context.Context, r *txnReq) (*txnResp, error
 		c.mu.Unlock()
 		return &txnResp{}, nil
 	case opCommit:
+		c.mu.Lock()
+		readOnly, scanned := len(c.mu.order) == 0, c.mu.scanned
+		c.mu.Unlock()
+		if readOnly {
+			return c.commitReadOnly(ctx, scanned)
+		}
 		c.mu.Lock()
 		c.mu.prepared = true
 		p := &txnReq{op: opPrepare, keys: append([][]byte(nil), c.mu.reads...)}
@@ -162,6 +173,30 @@ func (c *twoPCCoordinator) send(ctx context.Context, r *txnReq) (*txnResp, error
 		}
 	}
 	return c.next.send(ctx, r)
+}
+
+// commitReadOnly commits a transaction that wrote nothing: no Prepare,
+// no status record. Its locked reads are current until its locks are
+// released; its scans read the snapshot at start_ts, so they are refreshed
+// to a fresh timestamp, which is then its commit timestamp (without scans
+// it commits at start_ts, sending nothing). Then its locks are released.
+// A transaction mixing a locked read (the latest value) with a scan of
+// the same key at start_ts is consistent only if nothing changed in
+// between: the refresh checks exactly that.
+func (c *twoPCCoordinator) commitReadOnly(ctx context.Context, scanned bool) (*txnResp, error) {
+	ts := c.startTs
+	if scanned {
+		tr, err := c.next.send(ctx, &txnReq{op: opTimestamp})
+		if err != nil {
+			return nil, err
+		}
+		ts = tr.ts
+		if _, err := c.next.send(ctx, &txnReq{op: opRefresh, ts: ts}); err != nil {
+			return nil, err
+		}
+	}
+	c.commitPhase(ctx, ts)
+	return &txnResp{ts: ts}, nil
 }
 
 // commitPhase is the second phase, once the decision is durable: every
@@ -205,6 +240,7 @@ func (c *twoPCCoordinator) lockingGet(ctx context.Context, k []byte) (*txnResp, 
 // result, in key order, cut to r.limit.
 func (c *twoPCCoordinator) scan(ctx context.Context, r *txnReq) (*txnResp, error) {
 	c.mu.Lock()
+	c.mu.scanned = true
 	var mine []Write
 	for _, k := range c.mu.order {
 		kb := []byte(k)
