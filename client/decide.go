@@ -34,6 +34,18 @@ type TxnDecision struct {
 func (db *DB) DecideTxns(ctx context.Context, ds []TxnDecision) (held []TxnDecision, recorded []bool, err error) {
 	held = make([]TxnDecision, len(ds))
 	recorded = make([]bool, len(ds))
+	// The transactions began at other clients: this one's status encoding
+	// schedule must reach their start timestamps before it picks their
+	// status keys, or a decision made after an encoding change would be
+	// written under the old era's key while the transaction's own client
+	// and its readers look under the new one (I1).
+	tss := make([]uint64, len(ds))
+	for i, d := range ds {
+		tss[i] = d.StartTs
+	}
+	if err := db.ensureSchedule(ctx, true, tss...); err != nil {
+		return held, recorded, publicError(err)
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i, d := range ds {

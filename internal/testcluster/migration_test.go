@@ -23,10 +23,23 @@ const migrationExtension = 500 * time.Millisecond
 // at the end (the total unchanged, every acknowledged transfer present,
 // none applied twice, replicas equal), and the status table holds decided
 // records in each of the three eras, read back through the schedule.
+//
+// It runs with the default protocol and with hierarchy-locking, whose
+// deciding nodes write the status records of transactions other clients
+// began (they must follow the schedule too).
 func TestBankStatusEncodingMigration(t *testing.T) {
+	for _, protocol := range []string{"default", "hierarchy-locking"} {
+		t.Run(protocol, func(t *testing.T) { testBankStatusEncodingMigration(t, protocol) })
+	}
+}
+
+func testBankStatusEncodingMigration(t *testing.T, protocol string) {
 	seed := testSeed(t)
 	accounts, transfers, workers := bankSizes()
-	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4, StatusEncoding: "v1"})
+	if protocol != "default" {
+		transfers = min(transfers, 240) // as TestHierarchyBank
+	}
+	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4, StatusEncoding: "v1", CommitProtocol: protocol})
 	short := client.Options{StatusScheduleExtension: migrationExtension}
 	admin := openDB(t, c, client.WithOptions(short))
 	b := newBankWorkload(accounts)
