@@ -17,8 +17,9 @@
 //
 // # Contract for the caller
 //
-// A leaf runs with its data node; inner validators run anywhere (later:
-// on chosen nodes). For each validator:
+// A leaf runs with its data node; an inner validator runs on the lowest-ID
+// live node below it (internal/kvserver, hierarchy.go). For each
+// validator:
 //
 //  1. Node, when a client's commit request brings a part: Propose. Then
 //     carry out Ready (step 4) before the next input touching the same
