@@ -43,7 +43,8 @@ const PointTableLegend = `txn/s: committed transactions per second; mean, p99: l
 aborted: attempts that aborted and were retried, per committed transaction; failed: transactions that gave up;
 rpcs: client RPCs per committed transaction (reads, prepare/commit, status, oracle, cleanup), counted by the client's interceptor;
 msgs, steps: the commit protocol's messages and communication steps per committed transaction as the system counts them
-(client.Stats; aborted attempts' included; "-": the protocol counts none); formula: the thesis's 2.2-2.3 / 3.3-3.4 for 8 nodes, decider at level 1.`
+(2pc-locking: client.Stats, aborted attempts' included; hierarchy-*: the validators' own counts per transaction decided,
+warm-up included; "-": the protocol counts none); formula: the thesis's 2.2-2.3 / 3.3-3.4 for 8 nodes, decider at level 1.`
 
 // WritePointTable prints the points.
 func WritePointTable(w io.Writer, points []Point) {
