@@ -32,9 +32,10 @@ func encodingOf(t *testing.T, s *rpcpb.ClusterSettings) txnstatus.Encoding {
 }
 
 // commitRecords counts, on node i, the staging keys (STAGING or FENCE
-// records) in the status table and the key records (plain slots) of user
-// keys: the records parallel commits and 1PC leave.
-func commitRecords(t *testing.T, c *testcluster.Cluster, i int, enc txnstatus.Encoding) (staging, keyRecords int) {
+// records) in the status table, those of them whose status key holds a
+// decision, and the key records (plain slots) of user keys: the records
+// parallel commits and 1PC leave.
+func commitRecords(t *testing.T, c *testcluster.Cluster, i int, enc txnstatus.Encoding) (staging, decided, keyRecords int) {
 	t.Helper()
 	count := func(start, end []byte, f func(k []byte)) {
 		for {
@@ -54,10 +55,15 @@ func commitRecords(t *testing.T, c *testcluster.Cluster, i int, enc txnstatus.En
 	count(keys.StatusPrefix, keys.UserPrefix, func(k []byte) {
 		if _, err := txnstatus.StagingStartTs(enc, k[len(keys.StatusPrefix):]); err == nil {
 			staging++
+			if _, found, err := mvcc.GetPlain(c.Node(i).Engine(), k[:len(k)-1]); err != nil {
+				t.Fatal(err)
+			} else if found {
+				decided++
+			}
 		}
 	})
 	count(keys.UserPrefix, keys.UserEnd, func([]byte) { keyRecords++ })
-	return staging, keyRecords
+	return staging, decided, keyRecords
 }
 
 // TestGCOfCommitRecords: the records parallel commits and one-phase
@@ -213,19 +219,22 @@ func TestGCOfCommitRecords(t *testing.T) {
 		t.Fatalf("read of the fenced write: found %v, %v", ok, err)
 	}
 
-	// Every node holds the three staging keys and some key records.
-	var before [3][2]int
+	// Every node holds the three staging keys and some key records. Of the
+	// decided transactions only s1 and s2 keep theirs: a parallel commit's
+	// STAGING record goes with its COMMITTED put, in the same batch (once
+	// the client's resolver has run: hence the wait).
+	var before [3][3]int
 	waitFor(t, "the leftovers on every node", func() error {
 		for i := 0; i < 3; i++ {
-			s, k := commitRecords(t, c, i, enc)
-			before[i] = [2]int{s, k}
-			if s < 3 || k == 0 {
-				return fmt.Errorf("n%d: %d staging records, %d key records", i+1, s, k)
+			s, d, k := commitRecords(t, c, i, enc)
+			before[i] = [3]int{s, d, k}
+			if s < 3 || d != 2 || k == 0 {
+				return fmt.Errorf("n%d: %d staging records (%d decided), %d key records", i+1, s, d, k)
 			}
 		}
 		return nil
 	})
-	t.Logf("before GC (staging records, key records) per node: %v", before)
+	t.Logf("before GC (staging records, decided, key records) per node: %v", before)
 
 	// GC down to the bound: s3's undecided STAGING record only, no key
 	// record (every transaction started below the threshold).
@@ -236,8 +245,8 @@ func TestGCOfCommitRecords(t *testing.T) {
 			}
 		}
 		for i := 0; i < 3; i++ {
-			if s, k := commitRecords(t, c, i, enc); s != 1 || k != 0 {
-				return fmt.Errorf("n%d: %d staging records, %d key records", i+1, s, k)
+			if s, d, k := commitRecords(t, c, i, enc); s != 1 || d != 0 || k != 0 {
+				return fmt.Errorf("n%d: %d staging records (%d decided), %d key records", i+1, s, d, k)
 			}
 		}
 		return nil
