@@ -201,6 +201,12 @@ func TestEtcdctl(t *testing.T) {
 		t.Fatalf("keys left after the revocation: %q", out)
 	}
 
+	// lock: etcdctl's distributed mutex (the concurrency package) runs a
+	// command while it holds the lock.
+	if out := c.mustEtcdctl(t, "lock", "mylock", "echo", "locked"); !strings.Contains(out, "locked") {
+		t.Fatalf("lock: %q", out)
+	}
+
 	// Status and members: one line per node.
 	if out := c.mustEtcdctl(t, "endpoint", "status"); strings.Count(out, "3.6.0") != 3 {
 		t.Fatalf("endpoint status: %q", out)
