@@ -21,6 +21,9 @@ const (
 	RaftTickMax = 10 * time.Second
 	// ReplicationFactorMax bounds --replication-factor.
 	ReplicationFactorMax = 9
+	// ScrubIntervalMin and ScrubIntervalMax bound --scrub-interval.
+	ScrubIntervalMin = time.Second
+	ScrubIntervalMax = 365 * 24 * time.Hour
 	// DeadNodeTimeoutMax bounds --dead-node-timeout.
 	DeadNodeTimeoutMax = 7 * 24 * time.Hour
 	// DNSLookupTimeout bounds the check that --join's hosts resolve.

@@ -27,7 +27,7 @@ import (
 func init() {
 	var store, listen, advertise, join, mode, cpuprofile, minFree, rangeMaxSize, httpAddr, adminUser string
 	var splitQPS int
-	var tick, deadNodeTimeout time.Duration
+	var tick, deadNodeTimeout, scrubInterval time.Duration
 	var faultInjection bool
 	var threshold int
 	var sched replica.SchedulerConfig
@@ -43,31 +43,38 @@ func init() {
 			peers := splitHosts(join)
 			m, err := storage.ParseMode(mode)
 			if err != nil {
-				return fmt.Errorf("--storage-mode: %w", err)
+				return usageErrorf("--storage-mode: %v", err)
 			}
 			if err := checkStartFlags(listen, advertise, peers, tick, threshold, sched); err != nil {
-				return err
+				return usageErrorf("%v", err) // a bad flag: exit status 2
 			}
 			if err := checkRange("dead-node-timeout", deadNodeTimeout, kvserver.DeadNodeTimeoutMin, DeadNodeTimeoutMax); err != nil {
-				return err
+				return usageErrorf("%v", err) // a bad flag: exit status 2
+			}
+			if scrubInterval != 0 {
+				if err := checkRange("scrub-interval", scrubInterval, ScrubIntervalMin, ScrubIntervalMax); err != nil {
+					return usageErrorf("%v (or 0: off)", err)
+				}
+			} else {
+				scrubInterval = -1 // kvserver: negative is off
 			}
 			minFreeBytes, err := parseStoreMinFree(minFree)
 			if err != nil {
-				return err
+				return usageErrorf("%v", err) // a bad flag: exit status 2
 			}
 			rangeMaxBytes, err := parseRangeMaxSize(rangeMaxSize)
 			if err != nil {
-				return err
+				return usageErrorf("%v", err) // a bad flag: exit status 2
 			}
 			if splitQPS < 0 {
-				return fmt.Errorf("--range-split-qps %d: must be 0 (off) or more", splitQPS)
+				return usageErrorf("--range-split-qps %d: must be 0 (off) or more", splitQPS)
 			}
 			if splitQPS == 0 {
 				splitQPS = -1 // kvserver: negative is off, 0 the default
 			}
 			httpAddr, err := resolveHTTPAddr(httpAddr, listen)
 			if err != nil {
-				return err
+				return usageErrorf("%v", err) // a bad flag: exit status 2
 			}
 			if err := conn.checkSecurity(); err != nil { // conn.go
 				return err
@@ -87,6 +94,7 @@ func init() {
 				RangeSplitBytes:   rangeMaxBytes,
 				RangeSplitQPS:     splitQPS,
 				DeadNodeTimeout:   deadNodeTimeout,
+				ScrubInterval:     scrubInterval,
 				HTTPAddr:          httpAddr, Metrics: newMetricsRegistry(), // metrics.go
 				FaultInjection: faultInjection, // nemesis.go
 				Certs:          certs, Insecure: conn.insecure, AdminUser: adminUser,
@@ -142,6 +150,8 @@ func init() {
 	cmd.Flags().StringVar(&join, "join", "", "comma-separated addresses of the cluster's nodes, in the same form as their --listen: of every node of a cluster to form with `canopy init`, or of some nodes of a running cluster for a node with an empty store to join it")
 	cmd.Flags().DurationVar(&deadNodeTimeout, "dead-node-timeout", kvserver.DefaultDeadNodeTimeout,
 		"a node not heard from for this long is dead: its replicas are rebuilt on live nodes (as CockroachDB's server.time_until_store_dead)")
+	cmd.Flags().DurationVar(&scrubInterval, "scrub-interval", kvserver.DefaultScrubInterval,
+		fmt.Sprintf("read every value of every replica this often to verify its checksums; a damaged replica is rebuilt from a healthy one (0: off; else %v to %v)", ScrubIntervalMin, ScrubIntervalMax))
 	cmd.Flags().DurationVar(&tick, "raft-tick", 100*time.Millisecond, "Raft tick; elections take 10-20 ticks")
 	cmd.Flags().StringVar(&mode, "storage-mode", "inline", "value separation of this store: inline, rewrite, punch or pebble (see docs/BENCHMARKS.md)")
 	cmd.Flags().IntVar(&threshold, "value-threshold", storage.DefaultThresholdBytes, "values of at least this many bytes go to blob files (separating modes)")

@@ -24,6 +24,12 @@ func (k ReplicaKind) String() string {
 type Replica struct {
 	NodeID uint64
 	Kind   ReplicaKind
+	// Damaged: the replica found its data damaged (corruption found when
+	// read) and reported it. It serves nothing; it is replaced like a
+	// replica on a bad node, and where no other node can take its place
+	// it is removed first (while a majority of the other voters remains)
+	// so that a new replica on its node can be filled by a snapshot.
+	Damaged bool
 }
 
 // Membership is a node's place in the cluster.
@@ -69,6 +75,10 @@ type Range struct {
 	// CaughtUp lists the nodes of the voters whose log matches the
 	// leader's: where the lease may go.
 	CaughtUp []uint64
+	// LearnersStuck lists the nodes of the learners that have not been
+	// ready for longer than the caller allows (a learner whose snapshot
+	// keeps failing): they are removed, and tried again later.
+	LearnersStuck []uint64
 }
 
 // Config holds the placement settings.
@@ -132,9 +142,17 @@ func Decide(r Range, nodes map[uint64]Node, cfg Config) Action {
 	}
 	rf := max(cfg.ReplicationFactor, 1)
 	node := func(id uint64) (Node, bool) { n, ok := nodes[id]; return n, ok }
+	damaged := map[uint64]bool{}
+	for _, rep := range r.Replicas {
+		if rep.Damaged {
+			damaged[rep.NodeID] = true
+		}
+	}
 	isBad := func(id uint64) (bool, string) {
 		n, ok := node(id)
 		switch {
+		case damaged[id]:
+			return true, "the replica on n" + fmt.Sprint(id) + " is damaged"
 		case !ok:
 			return false, ""
 		case n.Membership != Active:
@@ -207,7 +225,7 @@ func Decide(r Range, nodes map[uint64]Node, cfg Config) Action {
 	}
 	leaseTarget := func() uint64 {
 		for _, id := range r.CaughtUp {
-			if n, ok := node(id); ok && n.healthy() && id != r.Leaseholder && slices.Contains(voters, id) {
+			if n, ok := node(id); ok && n.healthy() && id != r.Leaseholder && slices.Contains(voters, id) && !damaged[id] {
 				return id
 			}
 		}
@@ -219,9 +237,15 @@ func Decide(r Range, nodes map[uint64]Node, cfg Config) Action {
 		if n, ok := node(l); !ok || !n.Live || n.Membership != Active {
 			return Action{Kind: RemoveLearner, Target: l, Reason: fmt.Sprintf("n%d cannot take a replica", l)}
 		}
+		if damaged[l] {
+			return Action{Kind: RemoveLearner, Target: l, Reason: fmt.Sprintf("the learner on n%d is damaged", l)}
+		}
 	}
 	for _, l := range learners {
 		if !slices.Contains(r.LearnersReady, l) {
+			if slices.Contains(r.LearnersStuck, l) {
+				return Action{Kind: RemoveLearner, Target: l, Reason: fmt.Sprintf("the learner on n%d has not caught up in time", l)}
+			}
 			return Action{Kind: None, Reason: fmt.Sprintf("waiting for the learner on n%d to catch up", l)}
 		}
 		if len(voters) < rf {
@@ -277,7 +301,10 @@ func Decide(r Range, nodes map[uint64]Node, cfg Config) Action {
 		if t := target(); t != 0 {
 			return Action{Kind: AddLearner, Target: t, Reason: why}
 		}
-		if badVoter != 0 && len(voters) > rf {
+		// A damaged voter with no node to replace it on is removed, as
+		// long as the others keep a majority of three or more voters:
+		// its node can then take a new replica, which a snapshot fills.
+		if badVoter != 0 && (len(voters) > rf || (damaged[badVoter] && len(voters) >= 3)) {
 			if badVoter == r.Leaseholder {
 				if t := leaseTarget(); t != 0 {
 					return Action{Kind: TransferLease, Target: t, Reason: badWhy}

@@ -11,9 +11,9 @@ import (
 
 // TestDecide steps Decide through the cases of testdata/decide. Input:
 //
-//	decide rf=N [leaseholder=N] [ready=N,N] [caught-up=N,N] [threshold=N]
+//	decide rf=N [leaseholder=N] [ready=N,N] [caught-up=N,N] [stuck=N,N] [threshold=N]
 //	nodes: n1:10 n2:10:dead n3:4:decommissioning n4:0:down ...
-//	replicas: n1 n2 n3:learner n4:incoming n5:outgoing
+//	replicas: n1 n2 n3:learner n4:incoming n5:outgoing n6:damaged n7:learner:damaged
 //
 // A node is live unless marked down (not heard from lately) or dead
 // (past the dead-node timeout); membership is active unless marked
@@ -44,7 +44,7 @@ func TestDecide(t *testing.T) {
 			}
 			return out
 		}
-		r.LearnersReady, r.CaughtUp = ids("ready"), ids("caught-up")
+		r.LearnersReady, r.CaughtUp, r.LearnersStuck = ids("ready"), ids("caught-up"), ids("stuck")
 		nodes := map[uint64]Node{}
 		for _, line := range strings.Split(d.Input, "\n") {
 			head, rest, _ := strings.Cut(strings.TrimSpace(line), ":")
@@ -71,16 +71,18 @@ func TestDecide(t *testing.T) {
 					nodes[n.ID] = n
 				case "replicas":
 					rep := Replica{NodeID: mustID(t, parts[0])}
-					if len(parts) > 1 {
-						switch parts[1] {
+					for _, p := range parts[1:] {
+						switch p {
 						case "learner":
 							rep.Kind = Learner
 						case "incoming":
 							rep.Kind = VoterIncoming
 						case "outgoing":
 							rep.Kind = VoterOutgoing
+						case "damaged":
+							rep.Damaged = true
 						default:
-							t.Fatalf("unknown replica kind %q", parts[1])
+							t.Fatalf("unknown replica mark %q", p)
 						}
 					}
 					r.Replicas = append(r.Replicas, rep)

@@ -18,7 +18,8 @@
 //     replace: a voter on a bad node (dead past the timeout,
 //     DECOMMISSIONING or REMOVED) first, else the voter on the node with
 //     the most replicas; never the leaseholder's (the lease moves first).
-//     A learner that is not ready yet is waited for.
+//     A learner that is not ready yet is waited for, unless the caller
+//     says it is stuck (not ready for too long): then it is removed.
 //  3. A leaseholder on a DECOMMISSIONING or REMOVED node hands the lease
 //     to a caught-up voter on a healthy node.
 //  4. A range with a voter on a bad node, or with fewer voters than the
@@ -27,6 +28,10 @@
 //     such node, a range with more voters than the factor removes the bad
 //     one; otherwise it waits: a voter is never removed for want of a
 //     replacement (CockroachDB's decommissioning waits the same way).
+//     A damaged replica (its data failed a check when read) counts as a
+//     voter on a bad node, and is never a lease target; with no node to
+//     replace it on, it is removed while three or more voters remain, so
+//     that its own node can take a new replica, filled by a snapshot.
 //  5. A range with more voters than the replication factor removes one
 //     (not the leaseholder's: the lease moves first).
 //  6. Rebalancing, only when every voter's node is live: if a voter's node

@@ -40,7 +40,8 @@ func (n *Node) preferredLeaderOf(d *rpcpb.RangeDescriptor) uint64 {
 	// Leases go to nodes that stay: ACTIVE and live (replicate.go).
 	self := n.NodeID()
 	return preferredLeaderAmong(d, func(id uint64) bool {
-		return n.membership(id) == rpcpb.NodeMembership_ACTIVE && (id == self || n.liveness == nil || n.liveness.isLive(id))
+		return n.membership(id) == rpcpb.NodeMembership_ACTIVE && (id == self || n.liveness == nil || n.liveness.isLive(id)) &&
+			!n.isDamaged(d, id) // damage.go
 	})
 }
 

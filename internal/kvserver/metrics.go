@@ -67,6 +67,8 @@ type metrics struct {
 	gcRemoved *prometheus.CounterVec
 	// tso: the oracle's and the timestamp batcher's.
 	tso *tso.Metrics
+	// damagedReplicas: replicas found damaged here (damage.go).
+	damagedReplicas prometheus.Counter
 
 	collectors []prometheus.Collector
 	// charts holds the metrics of the status page's charts (batches,
@@ -100,6 +102,8 @@ func newMetrics(n *Node, reg *prometheus.Registry) (*metrics, error) {
 		gcRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "canopy_gc_removed_total",
 			Help: "What the GC commands this node proposed as leader removed, by kind: version (old MVCC versions), staging_record and fence_record (parallel commits' records of decided transactions), refusal and one_pc_entry (key-record entries of transactions that started below the GC threshold)."},
 			[]string{"kind"}),
+		damagedReplicas: prometheus.NewCounter(prometheus.CounterOpts{Name: "canopy_replicas_damaged_total",
+			Help: "Replicas of this node found damaged (a value failed its checksum when read or scrubbed); each is replaced from a healthy replica."}),
 	}
 	var err error
 	if m.tso, err = tso.NewMetrics(reg); err != nil {
@@ -122,7 +126,7 @@ func newMetrics(n *Node, reg *prometheus.Registry) (*metrics, error) {
 			return 0
 		}
 	}
-	m.collectors = []prometheus.Collector{m.grpc, m.batches, m.batchSeconds, m.requests, m.intentsResolved, m.statusRequests, m.decisions, m.gcRemoved, &rangeGauges{n: n},
+	m.collectors = []prometheus.Collector{m.grpc, m.batches, m.batchSeconds, m.requests, m.intentsResolved, m.statusRequests, m.decisions, m.gcRemoved, m.damagedReplicas, &rangeGauges{n: n},
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "canopy_raft_transport_batches_sent_total",
 			Help: "Batches of Raft messages this node handed to its peers' streams."},
 			transportSent(func(t *transport) uint64 { return t.batchesSent.Load() })),

@@ -98,6 +98,10 @@ type Config struct {
 	// replicate queue rebuilds its replicas on other nodes (default
 	// DefaultDeadNodeTimeout, at least DeadNodeTimeoutMin).
 	DeadNodeTimeout time.Duration
+	// ScrubInterval: how often the node reads every value of every
+	// replica it holds to verify it (scrub.go); 0 means
+	// DefaultScrubInterval, negative never.
+	ScrubInterval time.Duration
 	// MembersRefreshInterval is how often the node reads the cluster's
 	// members (membership.go; default DefaultMembersRefreshInterval).
 	MembersRefreshInterval time.Duration
@@ -203,6 +207,9 @@ func (c *Config) ensureDefaults() error {
 	if c.DeadNodeTimeout == 0 {
 		c.DeadNodeTimeout = DefaultDeadNodeTimeout
 	}
+	if c.ScrubInterval == 0 {
+		c.ScrubInterval = DefaultScrubInterval
+	}
 	if c.DeadNodeTimeout < DeadNodeTimeoutMin {
 		return fmt.Errorf("kvserver: Config.DeadNodeTimeout %v is below DeadNodeTimeoutMin (%v)", c.DeadNodeTimeout, DeadNodeTimeoutMin)
 	}
@@ -287,6 +294,9 @@ type Node struct {
 	// splitChecked: size-based split checks that found no split, by range
 	// (only the balance loop uses it; autosplit.go).
 	splitChecked map[uint64]splitCheck
+	// damage: the damaged replicas reported to this node as a leader
+	// (damage.go).
+	damage damageReports
 
 	mu struct {
 		sync.RWMutex
@@ -409,6 +419,7 @@ func Start(cfg Config) (*Node, error) {
 		_ = eng.Close()
 		return nil, err
 	}
+	eng.SetCorruptionHandler(n.onCorruption) // damage.go
 	n.mu.nodes = map[uint64]string{}
 	n.mu.replicas = map[uint64]*rangeReplica{}
 	n.mu.refuseVotes = map[uint64]time.Time{}
@@ -521,6 +532,10 @@ func Start(cfg Config) (*Node, error) {
 	go n.runEvery(n.cfg.MembersRefreshInterval, n.refreshMembers)
 	n.wg.Add(1)
 	go n.runEvery(hierManageInterval, n.hierManage) // hierarchy.go
+	if n.cfg.ScrubInterval > 0 {
+		n.wg.Add(1)
+		go n.runEvery(n.cfg.ScrubInterval, n.scrub) // scrub.go
+	}
 	if !n.bootstrapped() && len(n.cfg.Join) > 0 {
 		n.wg.Add(1)
 		go n.joinRunning() // membership.go

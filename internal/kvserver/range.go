@@ -33,6 +33,9 @@ type rangeReplica struct {
 	// load tracks the requests served here as leaseholder, for load-based
 	// splitting (loadsplit.go).
 	load loadSplitter
+	// damaged: a read found this replica's data damaged; it serves
+	// nothing until it is replaced (damage.go).
+	damaged atomic.Bool
 }
 
 // rangeHost is what a range's state machine needs from its node: the

@@ -3,6 +3,7 @@ package kvserver
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -41,6 +42,43 @@ type replicateState struct {
 	delta     map[uint64]int
 	// gcChecked: when maybeGCReplica last asked about a range.
 	gcChecked map[uint64]time.Time
+	// learnerSince: since when the learner on a node (by range, node) has
+	// been seen not ready (stuckLearners).
+	learnerSince map[[2]uint64]time.Time
+}
+
+// LearnerCatchUpMax bounds how long the replicate queue waits for a
+// learner to take appends (its snapshot applied): past it, the learner is
+// removed and a replica is added again later (the allocator's
+// LearnersStuck), so a learner whose snapshot keeps failing does not hold
+// the range's replica changes forever. A var for tests.
+var LearnerCatchUpMax = 5 * time.Minute
+
+// stuckLearners returns the nodes of d's learners not ready (st, as the
+// leader sees them) for longer than LearnerCatchUpMax.
+func (n *Node) stuckLearners(d *rpcpb.RangeDescriptor, st replica.Status) []uint64 {
+	if n.replicate.learnerSince == nil {
+		n.replicate.learnerSince = map[[2]uint64]time.Time{}
+	}
+	now := time.Now()
+	var out []uint64
+	for _, rd := range d.Replicas {
+		k := [2]uint64{d.RangeId, rd.NodeId}
+		if rd.Type != rpcpb.ReplicaType_LEARNER || slices.Contains(st.LearnersReplicating, rd.NodeId) {
+			delete(n.replicate.learnerSince, k)
+			continue
+		}
+		since, ok := n.replicate.learnerSince[k]
+		if !ok {
+			n.replicate.learnerSince[k] = now
+			continue
+		}
+		if now.Sub(since) > LearnerCatchUpMax {
+			out = append(out, rd.NodeId)
+			delete(n.replicate.learnerSince, k)
+		}
+	}
+	return out
 }
 
 // ReplicaGCCheckInterval bounds how often a replica that knows no leader
@@ -145,7 +183,15 @@ func (n *Node) replicateRange(rr *rangeReplica, nodes map[uint64]allocator.Node)
 		return false
 	}
 	rf := int(n.settings().GetReplicationFactor())
-	a := allocator.Decide(allocatorRange(n.NodeID(), d, st), nodes, allocator.Config{ReplicationFactor: rf})
+	ar := allocatorRange(n.NodeID(), d, st)
+	damaged := n.damage.damagedPeer(d.RangeId)
+	for i, rd := range d.Replicas {
+		if (damaged != 0 && peerID(rd) == damaged) || (rd.NodeId == n.NodeID() && rr.damaged.Load()) {
+			ar.Replicas[i].Damaged = true // damage.go
+		}
+	}
+	ar.LearnersStuck = n.stuckLearners(d, st)
+	a := allocator.Decide(ar, nodes, allocator.Config{ReplicationFactor: rf})
 	var next *rpcpb.RangeDescriptor
 	switch a.Kind {
 	case allocator.None:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/canopy-db/canopy/internal/buildinfo"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -51,25 +52,38 @@ func (n *Node) batch(ctx context.Context, req *rpcpb.BatchRequest) *rpcpb.BatchR
 	if rr == nil || rr.sm.Desc() == nil {
 		return fail(pbErr(rpcpb.ErrorCode_RANGE_NOT_FOUND, "node n%d has no replica of range r%d", n.NodeID(), req.RangeId))
 	}
+	if rr.damaged.Load() {
+		return fail(n.damagedErr(rr)) // damage.go
+	}
 	if !rr.r.Status().IsLeader {
 		return fail(n.notLeaseholder(rr))
 	}
 	n.recordLoad(rr, req) // loadsplit.go
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
+	var resp *rpcpb.BatchResponse
 	if req.Requests[0].IsWrite() {
 		if e := n.disk.refuseWrite(req, req.RangeId, n.NodeID()); e != nil { // diskspace.go
 			return fail(e)
 		}
 		if isPrepare(req) { // twopc_path.go
-			return n.withIntentWaits(ctx, rr, req, concurrency.Exclusive, n.prepareOnce)
+			resp = n.withIntentWaits(ctx, rr, req, concurrency.Exclusive, n.prepareOnce)
+		} else {
+			resp = n.withIntentWaits(ctx, rr, req, concurrency.Exclusive, n.writeOnce)
 		}
-		return n.withIntentWaits(ctx, rr, req, concurrency.Exclusive, n.writeOnce)
+	} else if isLockingRead(req) { // twopc_path.go
+		resp = n.withIntentWaits(ctx, rr, req, concurrency.Shared, n.lockingReadOnce)
+	} else {
+		resp = n.withIntentWaits(ctx, rr, req, concurrency.Shared, n.readOnce)
 	}
-	if isLockingRead(req) { // twopc_path.go
-		return n.withIntentWaits(ctx, rr, req, concurrency.Shared, n.lockingReadOnce)
+	if e := resp.Error; e != nil && e.Code == rpcpb.ErrorCode_INTERNAL && rr.damaged.Load() &&
+		(!req.Requests[0].IsWrite() || strings.Contains(e.Message, "corruption")) {
+		// The evaluation met the damage: a read of a damaged value, which
+		// fails a write's evaluation before anything is proposed. Another
+		// replica answers instead.
+		return fail(n.damagedErr(rr))
 	}
-	return n.withIntentWaits(ctx, rr, req, concurrency.Shared, n.readOnce)
+	return resp
 }
 
 // validateBatch enforces the limits of keys.go and batch homogeneity.

@@ -107,12 +107,13 @@ var MethodLevels = map[string]Level{
 	rpcpb.Hierarchy_Commit_FullMethodName: LevelUser,
 	rpcpb.Hierarchy_Link_FullMethodName:   LevelNode,
 	// Between nodes.
-	rpcpb.Internal_Raft_FullMethodName:       LevelNode,
-	rpcpb.Internal_RaftStream_FullMethodName: LevelNode,
-	rpcpb.Internal_Propose_FullMethodName:    LevelNode,
-	rpcpb.Internal_Join_FullMethodName:       LevelNode,
-	rpcpb.Internal_Ping_FullMethodName:       LevelNode,
-	rpcpb.Snapshots_Send_FullMethodName:      LevelNode,
+	rpcpb.Internal_Raft_FullMethodName:         LevelNode,
+	rpcpb.Internal_RaftStream_FullMethodName:   LevelNode,
+	rpcpb.Internal_Propose_FullMethodName:      LevelNode,
+	rpcpb.Internal_Join_FullMethodName:         LevelNode,
+	rpcpb.Internal_Ping_FullMethodName:         LevelNode,
+	rpcpb.Internal_ReportDamage_FullMethodName: LevelNode,
+	rpcpb.Snapshots_Send_FullMethodName:        LevelNode,
 }
 
 // userWritableSystemSpans are the system keys a user who is not the admin

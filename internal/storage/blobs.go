@@ -532,7 +532,8 @@ func (s *blobSet) read(p vlog.Pointer, key, buf []byte) ([]byte, error) {
 	}
 	v, err := vlog.ReadValue(bf.f, p, key, buf)
 	if errors.Is(err, vlog.ErrCorruption) {
-		return nil, fmt.Errorf("%w: %w", ErrCorruption, err)
+		// Name the file and offset: the operator's first question.
+		return nil, fmt.Errorf("%w: blob file %s, offset %d: %w", ErrCorruption, s.path(p.File), p.Offset, err)
 	}
 	return v, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -60,6 +61,29 @@ type Engine struct {
 	corrupt *corruptionRecorder
 	// metrics is the engine's Prometheus collector (metrics.go).
 	metrics *collector
+	// onCorruption, if set, is told of every data value that failed its
+	// check when read (SetCorruptionHandler).
+	onCorruption atomic.Pointer[func(key []byte, err error)]
+}
+
+// SetCorruptionHandler makes the engine call h, from the reading
+// goroutine, each time a read finds a data value damaged (a blob record
+// that fails its checks): key is the physical data key, err the read's
+// error (wrapping ErrCorruption, naming the file and offset). The read
+// still fails with err. h must not block or read the engine: it is
+// called inside reads. nil removes the handler.
+func (e *Engine) SetCorruptionHandler(h func(key []byte, err error)) {
+	if h == nil {
+		e.onCorruption.Store(nil)
+		return
+	}
+	e.onCorruption.Store(&h)
+}
+
+func (e *Engine) reportCorruption(key []byte, err error) {
+	if h := e.onCorruption.Load(); h != nil {
+		(*h)(append([]byte(nil), key...), err)
+	}
 }
 
 // Open opens or creates the engine in dir.

@@ -68,6 +68,9 @@ func (e *Engine) decodeStored(key, stored, buf []byte) (value, newBuf []byte, er
 	}
 	v, err := e.blobs.read(p, key, buf[:0])
 	if err != nil {
+		if errors.Is(err, ErrCorruption) {
+			e.reportCorruption(key, err)
+		}
 		return nil, buf, err
 	}
 	return v, v[:0], nil

@@ -4427,6 +4427,124 @@ func (x *ProposeResponse) GetValue() uint64 {
 	return 0
 }
 
+// DamageReport: the replica with Raft peer ID peer_id of range_id, on
+// node_id, found corruption in its data (reason says where: file and
+// offset). It no longer serves the range; the leaseholder removes it and
+// adds a new replica, which a snapshot fills.
+type DamageReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RangeId       uint64                 `protobuf:"varint,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	NodeId        uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	PeerId        uint64                 `protobuf:"varint,3,opt,name=peer_id,json=peerId,proto3" json:"peer_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DamageReport) Reset() {
+	*x = DamageReport{}
+	mi := &file_canopy_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DamageReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DamageReport) ProtoMessage() {}
+
+func (x *DamageReport) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DamageReport.ProtoReflect.Descriptor instead.
+func (*DamageReport) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *DamageReport) GetRangeId() uint64 {
+	if x != nil {
+		return x.RangeId
+	}
+	return 0
+}
+
+func (x *DamageReport) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *DamageReport) GetPeerId() uint64 {
+	if x != nil {
+		return x.PeerId
+	}
+	return 0
+}
+
+func (x *DamageReport) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// DamageReportResponse: error RANGE_NOT_FOUND when the receiver has no
+// replica of the range.
+type DamageReportResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DamageReportResponse) Reset() {
+	*x = DamageReportResponse{}
+	mi := &file_canopy_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DamageReportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DamageReportResponse) ProtoMessage() {}
+
+func (x *DamageReportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_canopy_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DamageReportResponse.ProtoReflect.Descriptor instead.
+func (*DamageReportResponse) Descriptor() ([]byte, []int) {
+	return file_canopy_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *DamageReportResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 // ---------------------------------------------------------------- Raft commands
 //
 // RaftCommand is the payload of a Raft entry. A write batch is evaluated
@@ -4469,7 +4587,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_canopy_proto_msgTypes[65]
+	mi := &file_canopy_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4481,7 +4599,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[65]
+	mi := &file_canopy_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4494,7 +4612,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{65}
+	return file_canopy_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RaftCommand) GetBatch() *BatchRequest {
@@ -4604,7 +4722,7 @@ type GCCommand struct {
 
 func (x *GCCommand) Reset() {
 	*x = GCCommand{}
-	mi := &file_canopy_proto_msgTypes[66]
+	mi := &file_canopy_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4616,7 +4734,7 @@ func (x *GCCommand) String() string {
 func (*GCCommand) ProtoMessage() {}
 
 func (x *GCCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[66]
+	mi := &file_canopy_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4629,7 +4747,7 @@ func (x *GCCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCCommand.ProtoReflect.Descriptor instead.
 func (*GCCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{66}
+	return file_canopy_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GCCommand) GetThreshold() uint64 {
@@ -4686,7 +4804,7 @@ type RangeState struct {
 
 func (x *RangeState) Reset() {
 	*x = RangeState{}
-	mi := &file_canopy_proto_msgTypes[67]
+	mi := &file_canopy_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4698,7 +4816,7 @@ func (x *RangeState) String() string {
 func (*RangeState) ProtoMessage() {}
 
 func (x *RangeState) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[67]
+	mi := &file_canopy_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4711,7 +4829,7 @@ func (x *RangeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeState.ProtoReflect.Descriptor instead.
 func (*RangeState) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{67}
+	return file_canopy_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RangeState) GetRange() *RangeDescriptor {
@@ -4762,7 +4880,7 @@ type SplitCommand struct {
 
 func (x *SplitCommand) Reset() {
 	*x = SplitCommand{}
-	mi := &file_canopy_proto_msgTypes[68]
+	mi := &file_canopy_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4774,7 +4892,7 @@ func (x *SplitCommand) String() string {
 func (*SplitCommand) ProtoMessage() {}
 
 func (x *SplitCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[68]
+	mi := &file_canopy_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4787,7 +4905,7 @@ func (x *SplitCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitCommand.ProtoReflect.Descriptor instead.
 func (*SplitCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{68}
+	return file_canopy_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *SplitCommand) GetSplitKey() []byte {
@@ -4822,7 +4940,7 @@ type MetaUpdateCommand struct {
 
 func (x *MetaUpdateCommand) Reset() {
 	*x = MetaUpdateCommand{}
-	mi := &file_canopy_proto_msgTypes[69]
+	mi := &file_canopy_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4834,7 +4952,7 @@ func (x *MetaUpdateCommand) String() string {
 func (*MetaUpdateCommand) ProtoMessage() {}
 
 func (x *MetaUpdateCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[69]
+	mi := &file_canopy_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4847,7 +4965,7 @@ func (x *MetaUpdateCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaUpdateCommand.ProtoReflect.Descriptor instead.
 func (*MetaUpdateCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{69}
+	return file_canopy_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MetaUpdateCommand) GetRange() *RangeDescriptor {
@@ -4866,7 +4984,7 @@ type AllocRangeIDCommand struct {
 
 func (x *AllocRangeIDCommand) Reset() {
 	*x = AllocRangeIDCommand{}
-	mi := &file_canopy_proto_msgTypes[70]
+	mi := &file_canopy_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4878,7 +4996,7 @@ func (x *AllocRangeIDCommand) String() string {
 func (*AllocRangeIDCommand) ProtoMessage() {}
 
 func (x *AllocRangeIDCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[70]
+	mi := &file_canopy_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4891,7 +5009,7 @@ func (x *AllocRangeIDCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocRangeIDCommand.ProtoReflect.Descriptor instead.
 func (*AllocRangeIDCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{70}
+	return file_canopy_proto_rawDescGZIP(), []int{72}
 }
 
 // CASBoundCommand sets the oracle's upper bound to new_bound if it equals
@@ -4906,7 +5024,7 @@ type CASBoundCommand struct {
 
 func (x *CASBoundCommand) Reset() {
 	*x = CASBoundCommand{}
-	mi := &file_canopy_proto_msgTypes[71]
+	mi := &file_canopy_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4918,7 +5036,7 @@ func (x *CASBoundCommand) String() string {
 func (*CASBoundCommand) ProtoMessage() {}
 
 func (x *CASBoundCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[71]
+	mi := &file_canopy_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4931,7 +5049,7 @@ func (x *CASBoundCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CASBoundCommand.ProtoReflect.Descriptor instead.
 func (*CASBoundCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{71}
+	return file_canopy_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CASBoundCommand) GetExpected() uint64 {
@@ -4962,7 +5080,7 @@ type ChangeReplicasCommand struct {
 
 func (x *ChangeReplicasCommand) Reset() {
 	*x = ChangeReplicasCommand{}
-	mi := &file_canopy_proto_msgTypes[72]
+	mi := &file_canopy_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4974,7 +5092,7 @@ func (x *ChangeReplicasCommand) String() string {
 func (*ChangeReplicasCommand) ProtoMessage() {}
 
 func (x *ChangeReplicasCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[72]
+	mi := &file_canopy_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4987,7 +5105,7 @@ func (x *ChangeReplicasCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasCommand.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasCommand) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{72}
+	return file_canopy_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ChangeReplicasCommand) GetExpectedGeneration() uint64 {
@@ -5019,7 +5137,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_canopy_proto_msgTypes[73]
+	mi := &file_canopy_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5031,7 +5149,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[73]
+	mi := &file_canopy_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5044,7 +5162,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{73}
+	return file_canopy_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AddNodeRequest) GetAddress() string {
@@ -5078,7 +5196,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_canopy_proto_msgTypes[74]
+	mi := &file_canopy_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5090,7 +5208,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[74]
+	mi := &file_canopy_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5103,7 +5221,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{74}
+	return file_canopy_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AddNodeResponse) GetError() *Error {
@@ -5130,7 +5248,7 @@ type ChangeMembershipRequest struct {
 
 func (x *ChangeMembershipRequest) Reset() {
 	*x = ChangeMembershipRequest{}
-	mi := &file_canopy_proto_msgTypes[75]
+	mi := &file_canopy_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5142,7 +5260,7 @@ func (x *ChangeMembershipRequest) String() string {
 func (*ChangeMembershipRequest) ProtoMessage() {}
 
 func (x *ChangeMembershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[75]
+	mi := &file_canopy_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5155,7 +5273,7 @@ func (x *ChangeMembershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeMembershipRequest.ProtoReflect.Descriptor instead.
 func (*ChangeMembershipRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{75}
+	return file_canopy_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ChangeMembershipRequest) GetNodeId() uint64 {
@@ -5182,7 +5300,7 @@ type ChangeMembershipResponse struct {
 
 func (x *ChangeMembershipResponse) Reset() {
 	*x = ChangeMembershipResponse{}
-	mi := &file_canopy_proto_msgTypes[76]
+	mi := &file_canopy_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5194,7 +5312,7 @@ func (x *ChangeMembershipResponse) String() string {
 func (*ChangeMembershipResponse) ProtoMessage() {}
 
 func (x *ChangeMembershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[76]
+	mi := &file_canopy_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5207,7 +5325,7 @@ func (x *ChangeMembershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeMembershipResponse.ProtoReflect.Descriptor instead.
 func (*ChangeMembershipResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{76}
+	return file_canopy_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ChangeMembershipResponse) GetError() *Error {
@@ -5234,7 +5352,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_canopy_proto_msgTypes[77]
+	mi := &file_canopy_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5246,7 +5364,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[77]
+	mi := &file_canopy_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5259,7 +5377,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{77}
+	return file_canopy_proto_rawDescGZIP(), []int{79}
 }
 
 type MemberInfo struct {
@@ -5272,7 +5390,7 @@ type MemberInfo struct {
 
 func (x *MemberInfo) Reset() {
 	*x = MemberInfo{}
-	mi := &file_canopy_proto_msgTypes[78]
+	mi := &file_canopy_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5284,7 +5402,7 @@ func (x *MemberInfo) String() string {
 func (*MemberInfo) ProtoMessage() {}
 
 func (x *MemberInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[78]
+	mi := &file_canopy_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5297,7 +5415,7 @@ func (x *MemberInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
 func (*MemberInfo) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{78}
+	return file_canopy_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *MemberInfo) GetNode() *NodeRecord {
@@ -5324,7 +5442,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_canopy_proto_msgTypes[79]
+	mi := &file_canopy_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5336,7 +5454,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[79]
+	mi := &file_canopy_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5349,7 +5467,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{79}
+	return file_canopy_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *MembersResponse) GetError() *Error {
@@ -5382,7 +5500,7 @@ type TxnSwitches struct {
 
 func (x *TxnSwitches) Reset() {
 	*x = TxnSwitches{}
-	mi := &file_canopy_proto_msgTypes[80]
+	mi := &file_canopy_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5394,7 +5512,7 @@ func (x *TxnSwitches) String() string {
 func (*TxnSwitches) ProtoMessage() {}
 
 func (x *TxnSwitches) ProtoReflect() protoreflect.Message {
-	mi := &file_canopy_proto_msgTypes[80]
+	mi := &file_canopy_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5407,7 +5525,7 @@ func (x *TxnSwitches) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnSwitches.ProtoReflect.Descriptor instead.
 func (*TxnSwitches) Descriptor() ([]byte, []int) {
-	return file_canopy_proto_rawDescGZIP(), []int{80}
+	return file_canopy_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *TxnSwitches) GetPipelining() uint32 {
@@ -5719,7 +5837,14 @@ const file_canopy_proto_rawDesc = "" +
 	"\acommand\x18\x02 \x01(\v2\x13.canopy.RaftCommandR\acommand\"L\n" +
 	"\x0fProposeResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value\"\xc1\x04\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value\"s\n" +
+	"\fDamageReport\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\x04R\arangeId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x17\n" +
+	"\apeer_id\x18\x03 \x01(\x04R\x06peerId\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\";\n" +
+	"\x14DamageReportResponse\x12#\n" +
+	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\"\xc1\x04\n" +
 	"\vRaftCommand\x12*\n" +
 	"\x05batch\x18\x01 \x01(\v2\x14.canopy.BatchRequestR\x05batch\x12\x19\n" +
 	"\bwrite_ts\x18\x02 \x01(\x04R\awriteTs\x12*\n" +
@@ -5823,14 +5948,15 @@ const file_canopy_proto_rawDesc = "" +
 	"\tBootstrap\x12\x18.canopy.BootstrapRequest\x1a\x19.canopy.BootstrapResponse\x12:\n" +
 	"\aAddNode\x12\x16.canopy.AddNodeRequest\x1a\x17.canopy.AddNodeResponse\x12U\n" +
 	"\x10ChangeMembership\x12\x1f.canopy.ChangeMembershipRequest\x1a .canopy.ChangeMembershipResponse\x12:\n" +
-	"\aMembers\x12\x16.canopy.MembersRequest\x1a\x17.canopy.MembersResponse2\xbc\x02\n" +
+	"\aMembers\x12\x16.canopy.MembersRequest\x1a\x17.canopy.MembersResponse2\x80\x03\n" +
 	"\bInternal\x12B\n" +
 	"\x04Raft\x12\x18.canopy.RaftMessageBatch\x1a .canopy.RaftMessageBatchResponse\x12J\n" +
 	"\n" +
 	"RaftStream\x12\x18.canopy.RaftMessageBatch\x1a .canopy.RaftMessageBatchResponse(\x01\x12:\n" +
 	"\aPropose\x12\x16.canopy.ProposeRequest\x1a\x17.canopy.ProposeResponse\x121\n" +
 	"\x04Join\x12\x13.canopy.JoinRequest\x1a\x14.canopy.JoinResponse\x121\n" +
-	"\x04Ping\x12\x13.canopy.PingRequest\x1a\x14.canopy.PingResponseB0Z.github.com/canopy-db/canopy/internal/rpc/rpcpbb\x06proto3"
+	"\x04Ping\x12\x13.canopy.PingRequest\x1a\x14.canopy.PingResponse\x12B\n" +
+	"\fReportDamage\x12\x14.canopy.DamageReport\x1a\x1c.canopy.DamageReportResponseB0Z.github.com/canopy-db/canopy/internal/rpc/rpcpbb\x06proto3"
 
 var (
 	file_canopy_proto_rawDescOnce sync.Once
@@ -5845,7 +5971,7 @@ func file_canopy_proto_rawDescGZIP() []byte {
 }
 
 var file_canopy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
+var file_canopy_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_canopy_proto_goTypes = []any{
 	(ErrorCode)(0),                       // 0: canopy.ErrorCode
 	(*ReplicaDescriptor)(nil),            // 1: canopy.ReplicaDescriptor
@@ -5913,33 +6039,35 @@ var file_canopy_proto_goTypes = []any{
 	(*PingResponse)(nil),                 // 63: canopy.PingResponse
 	(*ProposeRequest)(nil),               // 64: canopy.ProposeRequest
 	(*ProposeResponse)(nil),              // 65: canopy.ProposeResponse
-	(*RaftCommand)(nil),                  // 66: canopy.RaftCommand
-	(*GCCommand)(nil),                    // 67: canopy.GCCommand
-	(*RangeState)(nil),                   // 68: canopy.RangeState
-	(*SplitCommand)(nil),                 // 69: canopy.SplitCommand
-	(*MetaUpdateCommand)(nil),            // 70: canopy.MetaUpdateCommand
-	(*AllocRangeIDCommand)(nil),          // 71: canopy.AllocRangeIDCommand
-	(*CASBoundCommand)(nil),              // 72: canopy.CASBoundCommand
-	(*ChangeReplicasCommand)(nil),        // 73: canopy.ChangeReplicasCommand
-	(*AddNodeRequest)(nil),               // 74: canopy.AddNodeRequest
-	(*AddNodeResponse)(nil),              // 75: canopy.AddNodeResponse
-	(*ChangeMembershipRequest)(nil),      // 76: canopy.ChangeMembershipRequest
-	(*ChangeMembershipResponse)(nil),     // 77: canopy.ChangeMembershipResponse
-	(*MembersRequest)(nil),               // 78: canopy.MembersRequest
-	(*MemberInfo)(nil),                   // 79: canopy.MemberInfo
-	(*MembersResponse)(nil),              // 80: canopy.MembersResponse
-	(*TxnSwitches)(nil),                  // 81: canopy.TxnSwitches
-	(ReplicaType)(0),                     // 82: canopy.ReplicaType
-	(*PlainScanRequest)(nil),             // 83: canopy.PlainScanRequest
-	(*PlainScanResponse)(nil),            // 84: canopy.PlainScanResponse
-	(*FollowerProgress)(nil),             // 85: canopy.FollowerProgress
-	(*AddNodeCommand)(nil),               // 86: canopy.AddNodeCommand
-	(*SetMembershipCommand)(nil),         // 87: canopy.SetMembershipCommand
-	(NodeMembership)(0),                  // 88: canopy.NodeMembership
-	(*NodeRecord)(nil),                   // 89: canopy.NodeRecord
+	(*DamageReport)(nil),                 // 66: canopy.DamageReport
+	(*DamageReportResponse)(nil),         // 67: canopy.DamageReportResponse
+	(*RaftCommand)(nil),                  // 68: canopy.RaftCommand
+	(*GCCommand)(nil),                    // 69: canopy.GCCommand
+	(*RangeState)(nil),                   // 70: canopy.RangeState
+	(*SplitCommand)(nil),                 // 71: canopy.SplitCommand
+	(*MetaUpdateCommand)(nil),            // 72: canopy.MetaUpdateCommand
+	(*AllocRangeIDCommand)(nil),          // 73: canopy.AllocRangeIDCommand
+	(*CASBoundCommand)(nil),              // 74: canopy.CASBoundCommand
+	(*ChangeReplicasCommand)(nil),        // 75: canopy.ChangeReplicasCommand
+	(*AddNodeRequest)(nil),               // 76: canopy.AddNodeRequest
+	(*AddNodeResponse)(nil),              // 77: canopy.AddNodeResponse
+	(*ChangeMembershipRequest)(nil),      // 78: canopy.ChangeMembershipRequest
+	(*ChangeMembershipResponse)(nil),     // 79: canopy.ChangeMembershipResponse
+	(*MembersRequest)(nil),               // 80: canopy.MembersRequest
+	(*MemberInfo)(nil),                   // 81: canopy.MemberInfo
+	(*MembersResponse)(nil),              // 82: canopy.MembersResponse
+	(*TxnSwitches)(nil),                  // 83: canopy.TxnSwitches
+	(ReplicaType)(0),                     // 84: canopy.ReplicaType
+	(*PlainScanRequest)(nil),             // 85: canopy.PlainScanRequest
+	(*PlainScanResponse)(nil),            // 86: canopy.PlainScanResponse
+	(*FollowerProgress)(nil),             // 87: canopy.FollowerProgress
+	(*AddNodeCommand)(nil),               // 88: canopy.AddNodeCommand
+	(*SetMembershipCommand)(nil),         // 89: canopy.SetMembershipCommand
+	(NodeMembership)(0),                  // 90: canopy.NodeMembership
+	(*NodeRecord)(nil),                   // 91: canopy.NodeRecord
 }
 var file_canopy_proto_depIdxs = []int32{
-	82,  // 0: canopy.ReplicaDescriptor.type:type_name -> canopy.ReplicaType
+	84,  // 0: canopy.ReplicaDescriptor.type:type_name -> canopy.ReplicaType
 	1,   // 1: canopy.RangeDescriptor.replicas:type_name -> canopy.ReplicaDescriptor
 	0,   // 2: canopy.Error.code:type_name -> canopy.ErrorCode
 	6,   // 3: canopy.Error.intents:type_name -> canopy.Intent
@@ -5965,7 +6093,7 @@ var file_canopy_proto_depIdxs = []int32{
 	29,  // 23: canopy.RequestUnion.commit_one_pc:type_name -> canopy.CommitOnePCRequest
 	32,  // 24: canopy.RequestUnion.query_one_pc:type_name -> canopy.QueryOnePCRequest
 	34,  // 25: canopy.RequestUnion.recover_intent:type_name -> canopy.RecoverIntentRequest
-	83,  // 26: canopy.RequestUnion.plain_scan:type_name -> canopy.PlainScanRequest
+	85,  // 26: canopy.RequestUnion.plain_scan:type_name -> canopy.PlainScanRequest
 	36,  // 27: canopy.RequestUnion.prepare:type_name -> canopy.PrepareRequest
 	10,  // 28: canopy.ResponseUnion.get:type_name -> canopy.GetResponse
 	12,  // 29: canopy.ResponseUnion.scan:type_name -> canopy.ScanResponse
@@ -5980,7 +6108,7 @@ var file_canopy_proto_depIdxs = []int32{
 	31,  // 38: canopy.ResponseUnion.commit_one_pc:type_name -> canopy.CommitOnePCResponse
 	33,  // 39: canopy.ResponseUnion.query_one_pc:type_name -> canopy.QueryOnePCResponse
 	35,  // 40: canopy.ResponseUnion.recover_intent:type_name -> canopy.RecoverIntentResponse
-	84,  // 41: canopy.ResponseUnion.plain_scan:type_name -> canopy.PlainScanResponse
+	86,  // 41: canopy.ResponseUnion.plain_scan:type_name -> canopy.PlainScanResponse
 	37,  // 42: canopy.ResponseUnion.prepare:type_name -> canopy.PrepareResponse
 	38,  // 43: canopy.BatchRequest.requests:type_name -> canopy.RequestUnion
 	4,   // 44: canopy.BatchResponse.error:type_name -> canopy.Error
@@ -6000,7 +6128,7 @@ var file_canopy_proto_depIdxs = []int32{
 	2,   // 58: canopy.SplitResponse.left:type_name -> canopy.RangeDescriptor
 	2,   // 59: canopy.SplitResponse.right:type_name -> canopy.RangeDescriptor
 	2,   // 60: canopy.RangeStatus.range:type_name -> canopy.RangeDescriptor
-	85,  // 61: canopy.RangeStatus.followers:type_name -> canopy.FollowerProgress
+	87,  // 61: canopy.RangeStatus.followers:type_name -> canopy.FollowerProgress
 	54,  // 62: canopy.NodeStatusResponse.ranges:type_name -> canopy.RangeStatus
 	57,  // 63: canopy.RaftMessageBatch.messages:type_name -> canopy.RaftMessage
 	3,   // 64: canopy.JoinRequest.nodes:type_name -> canopy.NodeDescriptor
@@ -6008,62 +6136,65 @@ var file_canopy_proto_depIdxs = []int32{
 	2,   // 66: canopy.JoinRequest.ranges:type_name -> canopy.RangeDescriptor
 	7,   // 67: canopy.JoinRequest.initial_data:type_name -> canopy.KeyValue
 	4,   // 68: canopy.JoinResponse.error:type_name -> canopy.Error
-	66,  // 69: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
+	68,  // 69: canopy.ProposeRequest.command:type_name -> canopy.RaftCommand
 	4,   // 70: canopy.ProposeResponse.error:type_name -> canopy.Error
-	40,  // 71: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
-	69,  // 72: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
-	70,  // 73: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
-	71,  // 74: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
-	72,  // 75: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
-	67,  // 76: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
-	86,  // 77: canopy.RaftCommand.add_node:type_name -> canopy.AddNodeCommand
-	87,  // 78: canopy.RaftCommand.set_membership:type_name -> canopy.SetMembershipCommand
-	2,   // 79: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
-	2,   // 80: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
-	2,   // 81: canopy.ChangeReplicasCommand.desc:type_name -> canopy.RangeDescriptor
-	4,   // 82: canopy.AddNodeResponse.error:type_name -> canopy.Error
-	60,  // 83: canopy.AddNodeResponse.join:type_name -> canopy.JoinRequest
-	88,  // 84: canopy.ChangeMembershipRequest.membership:type_name -> canopy.NodeMembership
-	4,   // 85: canopy.ChangeMembershipResponse.error:type_name -> canopy.Error
-	89,  // 86: canopy.ChangeMembershipResponse.node:type_name -> canopy.NodeRecord
-	89,  // 87: canopy.MemberInfo.node:type_name -> canopy.NodeRecord
-	4,   // 88: canopy.MembersResponse.error:type_name -> canopy.Error
-	79,  // 89: canopy.MembersResponse.members:type_name -> canopy.MemberInfo
-	40,  // 90: canopy.KV.Batch:input_type -> canopy.BatchRequest
-	42,  // 91: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
-	44,  // 92: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
-	48,  // 93: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
-	52,  // 94: canopy.KV.Split:input_type -> canopy.SplitRequest
-	55,  // 95: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
-	50,  // 96: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
-	74,  // 97: canopy.KV.AddNode:input_type -> canopy.AddNodeRequest
-	76,  // 98: canopy.KV.ChangeMembership:input_type -> canopy.ChangeMembershipRequest
-	78,  // 99: canopy.KV.Members:input_type -> canopy.MembersRequest
-	58,  // 100: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
-	58,  // 101: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
-	64,  // 102: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
-	60,  // 103: canopy.Internal.Join:input_type -> canopy.JoinRequest
-	62,  // 104: canopy.Internal.Ping:input_type -> canopy.PingRequest
-	41,  // 105: canopy.KV.Batch:output_type -> canopy.BatchResponse
-	43,  // 106: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
-	45,  // 107: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
-	49,  // 108: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
-	53,  // 109: canopy.KV.Split:output_type -> canopy.SplitResponse
-	56,  // 110: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
-	51,  // 111: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
-	75,  // 112: canopy.KV.AddNode:output_type -> canopy.AddNodeResponse
-	77,  // 113: canopy.KV.ChangeMembership:output_type -> canopy.ChangeMembershipResponse
-	80,  // 114: canopy.KV.Members:output_type -> canopy.MembersResponse
-	59,  // 115: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
-	59,  // 116: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
-	65,  // 117: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
-	61,  // 118: canopy.Internal.Join:output_type -> canopy.JoinResponse
-	63,  // 119: canopy.Internal.Ping:output_type -> canopy.PingResponse
-	105, // [105:120] is the sub-list for method output_type
-	90,  // [90:105] is the sub-list for method input_type
-	90,  // [90:90] is the sub-list for extension type_name
-	90,  // [90:90] is the sub-list for extension extendee
-	0,   // [0:90] is the sub-list for field type_name
+	4,   // 71: canopy.DamageReportResponse.error:type_name -> canopy.Error
+	40,  // 72: canopy.RaftCommand.batch:type_name -> canopy.BatchRequest
+	71,  // 73: canopy.RaftCommand.split:type_name -> canopy.SplitCommand
+	72,  // 74: canopy.RaftCommand.meta_update:type_name -> canopy.MetaUpdateCommand
+	73,  // 75: canopy.RaftCommand.alloc_range_id:type_name -> canopy.AllocRangeIDCommand
+	74,  // 76: canopy.RaftCommand.cas_bound:type_name -> canopy.CASBoundCommand
+	69,  // 77: canopy.RaftCommand.gc:type_name -> canopy.GCCommand
+	88,  // 78: canopy.RaftCommand.add_node:type_name -> canopy.AddNodeCommand
+	89,  // 79: canopy.RaftCommand.set_membership:type_name -> canopy.SetMembershipCommand
+	2,   // 80: canopy.RangeState.range:type_name -> canopy.RangeDescriptor
+	2,   // 81: canopy.MetaUpdateCommand.range:type_name -> canopy.RangeDescriptor
+	2,   // 82: canopy.ChangeReplicasCommand.desc:type_name -> canopy.RangeDescriptor
+	4,   // 83: canopy.AddNodeResponse.error:type_name -> canopy.Error
+	60,  // 84: canopy.AddNodeResponse.join:type_name -> canopy.JoinRequest
+	90,  // 85: canopy.ChangeMembershipRequest.membership:type_name -> canopy.NodeMembership
+	4,   // 86: canopy.ChangeMembershipResponse.error:type_name -> canopy.Error
+	91,  // 87: canopy.ChangeMembershipResponse.node:type_name -> canopy.NodeRecord
+	91,  // 88: canopy.MemberInfo.node:type_name -> canopy.NodeRecord
+	4,   // 89: canopy.MembersResponse.error:type_name -> canopy.Error
+	81,  // 90: canopy.MembersResponse.members:type_name -> canopy.MemberInfo
+	40,  // 91: canopy.KV.Batch:input_type -> canopy.BatchRequest
+	42,  // 92: canopy.KV.RangeLookup:input_type -> canopy.RangeLookupRequest
+	44,  // 93: canopy.KV.Timestamps:input_type -> canopy.TimestampRequest
+	48,  // 94: canopy.KV.ClusterInfo:input_type -> canopy.ClusterInfoRequest
+	52,  // 95: canopy.KV.Split:input_type -> canopy.SplitRequest
+	55,  // 96: canopy.KV.NodeStatus:input_type -> canopy.NodeStatusRequest
+	50,  // 97: canopy.KV.Bootstrap:input_type -> canopy.BootstrapRequest
+	76,  // 98: canopy.KV.AddNode:input_type -> canopy.AddNodeRequest
+	78,  // 99: canopy.KV.ChangeMembership:input_type -> canopy.ChangeMembershipRequest
+	80,  // 100: canopy.KV.Members:input_type -> canopy.MembersRequest
+	58,  // 101: canopy.Internal.Raft:input_type -> canopy.RaftMessageBatch
+	58,  // 102: canopy.Internal.RaftStream:input_type -> canopy.RaftMessageBatch
+	64,  // 103: canopy.Internal.Propose:input_type -> canopy.ProposeRequest
+	60,  // 104: canopy.Internal.Join:input_type -> canopy.JoinRequest
+	62,  // 105: canopy.Internal.Ping:input_type -> canopy.PingRequest
+	66,  // 106: canopy.Internal.ReportDamage:input_type -> canopy.DamageReport
+	41,  // 107: canopy.KV.Batch:output_type -> canopy.BatchResponse
+	43,  // 108: canopy.KV.RangeLookup:output_type -> canopy.RangeLookupResponse
+	45,  // 109: canopy.KV.Timestamps:output_type -> canopy.TimestampResponse
+	49,  // 110: canopy.KV.ClusterInfo:output_type -> canopy.ClusterInfoResponse
+	53,  // 111: canopy.KV.Split:output_type -> canopy.SplitResponse
+	56,  // 112: canopy.KV.NodeStatus:output_type -> canopy.NodeStatusResponse
+	51,  // 113: canopy.KV.Bootstrap:output_type -> canopy.BootstrapResponse
+	77,  // 114: canopy.KV.AddNode:output_type -> canopy.AddNodeResponse
+	79,  // 115: canopy.KV.ChangeMembership:output_type -> canopy.ChangeMembershipResponse
+	82,  // 116: canopy.KV.Members:output_type -> canopy.MembersResponse
+	59,  // 117: canopy.Internal.Raft:output_type -> canopy.RaftMessageBatchResponse
+	59,  // 118: canopy.Internal.RaftStream:output_type -> canopy.RaftMessageBatchResponse
+	65,  // 119: canopy.Internal.Propose:output_type -> canopy.ProposeResponse
+	61,  // 120: canopy.Internal.Join:output_type -> canopy.JoinResponse
+	63,  // 121: canopy.Internal.Ping:output_type -> canopy.PingResponse
+	67,  // 122: canopy.Internal.ReportDamage:output_type -> canopy.DamageReportResponse
+	107, // [107:123] is the sub-list for method output_type
+	91,  // [91:107] is the sub-list for method input_type
+	91,  // [91:91] is the sub-list for extension type_name
+	91,  // [91:91] is the sub-list for extension extendee
+	0,   // [0:91] is the sub-list for field type_name
 }
 
 func init() { file_canopy_proto_init() }
@@ -6113,7 +6244,7 @@ func file_canopy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_canopy_proto_rawDesc), len(file_canopy_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   81,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -471,11 +471,12 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Internal_Raft_FullMethodName       = "/canopy.Internal/Raft"
-	Internal_RaftStream_FullMethodName = "/canopy.Internal/RaftStream"
-	Internal_Propose_FullMethodName    = "/canopy.Internal/Propose"
-	Internal_Join_FullMethodName       = "/canopy.Internal/Join"
-	Internal_Ping_FullMethodName       = "/canopy.Internal/Ping"
+	Internal_Raft_FullMethodName         = "/canopy.Internal/Raft"
+	Internal_RaftStream_FullMethodName   = "/canopy.Internal/RaftStream"
+	Internal_Propose_FullMethodName      = "/canopy.Internal/Propose"
+	Internal_Join_FullMethodName         = "/canopy.Internal/Join"
+	Internal_Ping_FullMethodName         = "/canopy.Internal/Ping"
+	Internal_ReportDamage_FullMethodName = "/canopy.Internal/ReportDamage"
 )
 
 // InternalClient is the client API for Internal service.
@@ -490,6 +491,10 @@ type InternalClient interface {
 	Propose(ctx context.Context, in *ProposeRequest, opts ...grpc.CallOption) (*ProposeResponse, error)
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
+	// ReportDamage tells the node of a replica of a range that another
+	// replica of it found its data damaged (kvserver/damage.go): whichever
+	// leads the range replaces that replica from a healthy one.
+	ReportDamage(ctx context.Context, in *DamageReport, opts ...grpc.CallOption) (*DamageReportResponse, error)
 }
 
 type internalClient struct {
@@ -553,6 +558,16 @@ func (c *internalClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *internalClient) ReportDamage(ctx context.Context, in *DamageReport, opts ...grpc.CallOption) (*DamageReportResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DamageReportResponse)
+	err := c.cc.Invoke(ctx, Internal_ReportDamage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InternalServer is the server API for Internal service.
 // All implementations must embed UnimplementedInternalServer
 // for forward compatibility.
@@ -565,6 +580,10 @@ type InternalServer interface {
 	Propose(context.Context, *ProposeRequest) (*ProposeResponse, error)
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
+	// ReportDamage tells the node of a replica of a range that another
+	// replica of it found its data damaged (kvserver/damage.go): whichever
+	// leads the range replaces that replica from a healthy one.
+	ReportDamage(context.Context, *DamageReport) (*DamageReportResponse, error)
 	mustEmbedUnimplementedInternalServer()
 }
 
@@ -589,6 +608,9 @@ func (UnimplementedInternalServer) Join(context.Context, *JoinRequest) (*JoinRes
 }
 func (UnimplementedInternalServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
+}
+func (UnimplementedInternalServer) ReportDamage(context.Context, *DamageReport) (*DamageReportResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportDamage not implemented")
 }
 func (UnimplementedInternalServer) mustEmbedUnimplementedInternalServer() {}
 func (UnimplementedInternalServer) testEmbeddedByValue()                  {}
@@ -690,6 +712,24 @@ func _Internal_Ping_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Internal_ReportDamage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DamageReport)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InternalServer).ReportDamage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Internal_ReportDamage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InternalServer).ReportDamage(ctx, req.(*DamageReport))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Internal_ServiceDesc is the grpc.ServiceDesc for Internal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -712,6 +752,10 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ping",
 			Handler:    _Internal_Ping_Handler,
+		},
+		{
+			MethodName: "ReportDamage",
+			Handler:    _Internal_ReportDamage_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
