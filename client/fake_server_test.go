@@ -15,6 +15,8 @@ import (
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/txnstatus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // fakeCluster is an in-process stand-in for a Canopy cluster: N gRPC
@@ -406,6 +408,9 @@ func (n *fakeNode) Batch(ctx context.Context, req *rpcpb.BatchRequest) (*rpcpb.B
 	c.mu.Unlock()
 	if after != nil {
 		if r := after(n.id, req, resp); r != nil {
+			if r == lostReply {
+				return nil, status.Error(codes.Unavailable, "fake: the reply was lost")
+			}
 			c.mu.Lock()
 			c.mu.errs[r.GetError().GetCode()]++
 			c.mu.Unlock()
@@ -414,6 +419,10 @@ func (n *fakeNode) Batch(ctx context.Context, req *rpcpb.BatchRequest) (*rpcpb.B
 	}
 	return resp, nil
 }
+
+// lostReply, returned by an afterBatch hook, makes Batch fail in
+// transport after evaluating the batch: the reply is lost.
+var lostReply = &rpcpb.BatchResponse{}
 
 func errResp(code rpcpb.ErrorCode, msg string) *rpcpb.BatchResponse {
 	return &rpcpb.BatchResponse{Error: &rpcpb.Error{Code: code, Message: msg}}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -78,8 +80,9 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 		lastHint  uint64
 		// unreachable: nodes whose attempt failed in transport (stopped,
 		// cut off) during this call; the next attempts try the range's
-		// other replicas first.
-		unreachable map[uint64]bool
+		// other replicas first. silent: those of them whose attempt ran
+		// out of time (no answer at all), as opposed to an error answer.
+		unreachable, silent map[uint64]bool
 	)
 	for attempt := 0; attempt < s.opts.SendAttemptsMax; attempt++ {
 		if wait {
@@ -127,9 +130,12 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 			lastErr = fmt.Errorf("node %d at %s: %w", nodeID, addr, err)
 			s.cache.clearLeaseholder(rid, nodeID)
 			if unreachable == nil {
-				unreachable = map[uint64]bool{}
+				unreachable, silent = map[uint64]bool{}, map[uint64]bool{}
 			}
 			unreachable[nodeID] = true
+			if isTimeout(err) {
+				silent[nodeID] = true
+			}
 			continue
 		}
 		if pbErr.GetCode() == rpcpb.ErrorCode_OK {
@@ -141,6 +147,17 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 			hint := pbErr.GetLeaseholderHint()
 			s.nodes.set(hint, pbErr.GetLeaseholderAddress())
 			if hint != 0 && hint != nodeID {
+				if unreachable[hint] && !silent[hint] {
+					// The replicas name as leaseholder a node whose attempt
+					// failed with an error answer (a reply lost, a
+					// connection reset), not silence: it is up, and
+					// only it can serve the range. Without this the call
+					// went round the other replicas, each naming it,
+					// until it ran out of attempts (the stalls after a
+					// lost commit reply in docs/RELIABILITY.md).
+					delete(unreachable, hint)
+					lastHint = hint // back off before going back to it
+				}
 				s.cache.setLeaseholder(rid, hint)
 				// Follow a new hint at once; a hint we already followed
 				// means the lease is moving, so back off.
@@ -643,4 +660,10 @@ func (s *sender) groupSpans(ctx context.Context, spans []*rpcpb.Span) ([][]*rpcp
 		}
 	}
 	return groups, nil
+}
+
+// isTimeout reports whether a transport error is the attempt running out
+// of time (no answer), rather than an answer that is an error.
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded
 }

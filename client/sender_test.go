@@ -149,6 +149,31 @@ func TestRoutingSkipsDeadNode(t *testing.T) {
 	}
 }
 
+// A leaseholder whose reply was lost (a transport error, not silence) is
+// tried again once the other replicas name it: before, the call went round
+// the followers, each answering NOT_LEASEHOLDER with it as the hint, until
+// it ran out of attempts (the stalls after a lost commit reply in
+// docs/RELIABILITY.md).
+func TestRoutingReturnsToLeaseholderAfterLostReply(t *testing.T) {
+	c := newFakeCluster(t, 3)
+	db := c.open(func(o *Options) { o.SendAttemptsMax = 8 })
+	mustPut(t, db, "a", "1")
+	c.setAllLeaseholders(1)
+	var lost atomic.Bool
+	c.setAfterBatch(func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse {
+		if node == 1 && resp.Error == nil && lost.CompareAndSwap(false, true) {
+			return lostReply
+		}
+		return nil
+	})
+	if got := mustGet(t, db, "a"); got != "1" {
+		t.Fatalf("get = %q", got)
+	}
+	if !lost.Load() {
+		t.Fatal("no reply was lost")
+	}
+}
+
 // UNAVAILABLE is retried with backoff.
 func TestRoutingRetriesUnavailable(t *testing.T) {
 	c := newFakeCluster(t, 1)
