@@ -66,7 +66,7 @@ func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) 
 	db := &DB{opts: o, ctx: bg, cancel: cancel}
 	db.nodes = newNodeDirectory(addresses, o.TLS, o.DialOptions)
 	db.cache = newRangeCache()
-	db.sender = &sender{opts: &db.opts, nodes: db.nodes, cache: db.cache}
+	db.sender = &sender{opts: &db.opts, nodes: db.nodes, cache: db.cache, ctx: db.ctx}
 	db.oracle = newOracle(bg, db.sender, &db.opts)
 	info, err := db.firstContact(ctx, addresses)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/canopy-db/canopy/internal/txnstatus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
 
@@ -97,6 +99,8 @@ type fakeNode struct {
 	id   uint64
 	addr string
 	srv  *grpc.Server
+	// frozen: while set, the node answers nothing (freezeNode).
+	frozen atomic.Pointer[chan struct{}]
 }
 
 // fakeNow is the wall-clock time of every test client: heartbeat records
@@ -141,6 +145,7 @@ func newFakeCluster(t testing.TB, n int) *fakeCluster {
 			grpc.MaxRecvMsgSize(messageBytesMax), grpc.MaxSendMsgSize(messageBytesMax))}
 		rpcpb.RegisterKVServer(nd.srv, nd)
 		rpcpb.RegisterFeedServer(nd.srv, &fakeFeed{c: c})
+		healthpb.RegisterHealthServer(nd.srv, &fakeHealth{n: nd})
 		go nd.srv.Serve(lis)
 		c.nodes = append(c.nodes, nd)
 	}
@@ -256,6 +261,43 @@ func (c *fakeCluster) gateTimestamps() (release func()) {
 }
 
 func (c *fakeCluster) stopNode(id uint64) { c.nodes[id-1].srv.Stop() }
+
+// freezeNode makes node id answer nothing, as a process stopped with
+// SIGSTOP: every Batch and health check waits until its context ends (or
+// thaw is called).
+func (c *fakeCluster) freezeNode(id uint64) (thaw func()) {
+	ch := make(chan struct{})
+	c.nodes[id-1].frozen.Store(&ch)
+	return func() {
+		c.nodes[id-1].frozen.Store(nil)
+		close(ch)
+	}
+}
+
+// waitFrozen blocks while node n is frozen, until ctx ends.
+func (n *fakeNode) waitFrozen(ctx context.Context) error {
+	if ch := n.frozen.Load(); ch != nil {
+		select {
+		case <-*ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// fakeHealth is the grpc.health.v1 service of a fake node.
+type fakeHealth struct {
+	healthpb.UnimplementedHealthServer
+	n *fakeNode
+}
+
+func (h *fakeHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if err := h.n.waitFrozen(ctx); err != nil {
+		return nil, err
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
 
 // split splits the range containing k at k; it returns the new right range.
 func (c *fakeCluster) split(k []byte) *rpcpb.RangeDescriptor {
@@ -387,6 +429,9 @@ func (c *fakeCluster) tsCounts() []uint32 {
 // ---------------------------------------------------------------- RPCs
 
 func (n *fakeNode) Batch(ctx context.Context, req *rpcpb.BatchRequest) (*rpcpb.BatchResponse, error) {
+	if err := n.waitFrozen(ctx); err != nil {
+		return nil, err
+	}
 	c := n.c
 	c.mu.Lock()
 	before, after := c.mu.beforeBatch, c.mu.afterBatch

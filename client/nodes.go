@@ -143,6 +143,20 @@ func (d *nodeDirectory) client(addr string) (rpcpb.KVClient, error) {
 	return rpcpb.NewKVClient(c), nil
 }
 
+// conn returns the connection to addr that client's clients use.
+func (d *nodeDirectory) conn(addr string) (*grpc.ClientConn, error) {
+	if _, err := d.client(addr); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c, ok := d.mu.conns[addr]
+	if !ok {
+		return nil, errClosed
+	}
+	return c, nil
+}
+
 // feedClient returns a Feed client for addr (watch.go), on the same
 // connection as client's.
 func (d *nodeDirectory) feedClient(addr string) (rpcpb.FeedClient, error) {

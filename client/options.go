@@ -35,6 +35,13 @@ type Options struct {
 	// (ClusterInfo, range lookups): a node that does not answer within it,
 	// stopped or cut off, is left for the next one. Default 2s.
 	LookupTimeout time.Duration
+	// ProbeAfter: an attempt still running after this long has its node
+	// probed (gRPC health), and again every ProbeAfter; ProbeTimeout: a
+	// probe without an answer in this long ends the attempt as if the
+	// node were down (probe.go). Defaults 500 ms and 1 s; a negative
+	// ProbeAfter turns probing off.
+	ProbeAfter   time.Duration
+	ProbeTimeout time.Duration
 	// DialTimeout, if positive, bounds Open's first contact with the
 	// cluster: if no address answers within it, Open fails at once with
 	// ErrUnavailable ("cannot reach any node"), as etcd's clientv3 does.
@@ -240,6 +247,8 @@ func (o *Options) EnsureDefaults() {
 	}
 	setDur(&o.RPCTimeout, 10*time.Second)
 	setDur(&o.LookupTimeout, 2*time.Second)
+	setDur(&o.ProbeAfter, 500*time.Millisecond)
+	setDur(&o.ProbeTimeout, time.Second)
 	setInt(&o.SendAttemptsMax, 40)
 	setDur(&o.SendBackoffInitial, 5*time.Millisecond)
 	setDur(&o.SendBackoffMax, time.Second)
@@ -286,6 +295,7 @@ func (o *Options) Validate() error {
 		"CloseDrainMax": o.CloseDrainMax,
 		"LookupTimeout": o.LookupTimeout, "DialTimeout": o.DialTimeout,
 		"SettingsRefresh": o.SettingsRefresh, "StatusScheduleExtension": o.StatusScheduleExtension,
+		"ProbeTimeout": o.ProbeTimeout,
 	} {
 		if v < 0 {
 			return invalidArgf("option %s is negative (%v)", name, v)

@@ -43,6 +43,11 @@ type sender struct {
 	// cursor rotates "any node" requests so that a node that failed is not
 	// asked first again.
 	cursor atomic.Int64
+	// ctx ends when the DB closes (the suspects' probes).
+	ctx context.Context
+	// suspects are the nodes found silent (probe.go), until one of their
+	// probes is answered.
+	suspects suspectSet
 }
 
 // stopError wraps an error that ends a routing loop at once.
@@ -114,8 +119,16 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 			return nil, err
 		}
 		actx, cancel := context.WithTimeout(ctx, s.opts.RPCTimeout)
+		var nodeSilent atomic.Bool
+		stopProbe := s.probe(actx, cancel, addr, &nodeSilent) // probe.go
 		pbErr, err := call(actx, kv, e.desc)
+		stopProbe()
 		cancel()
+		if nodeSilent.Load() && ctx.Err() == nil {
+			// The probe cancelled the attempt: whatever call returned, the
+			// node gave no answer.
+			pbErr, err = nil, fmt.Errorf("%w within %v: %w", errNodeSilent, s.opts.ProbeTimeout, context.DeadlineExceeded)
+		}
 		var se *stopError
 		if errors.As(err, &se) {
 			return e.desc, se.err
@@ -135,6 +148,9 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 			unreachable[nodeID] = true
 			if isTimeout(err) {
 				silent[nodeID] = true
+				if nodeID != 0 {
+					s.suspect(nodeID, addr) // probe.go
+				}
 			}
 			continue
 		}
@@ -203,7 +219,7 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 // if its address is known, else the replicas in turn, else any node; nodes
 // found unreachable during this call come last.
 func (s *sender) target(e *rangeEntry, attempt int, unreachable map[uint64]bool) (uint64, string) {
-	if lh := s.cache.leaseholder(e.desc.GetRangeId()); lh != 0 && !unreachable[lh] {
+	if lh := s.cache.leaseholder(e.desc.GetRangeId()); lh != 0 && !unreachable[lh] && !s.suspects.has(lh) {
 		if a, ok := s.nodes.address(lh); ok {
 			return lh, a
 		}
@@ -213,7 +229,7 @@ func (s *sender) target(e *rangeEntry, attempt int, unreachable map[uint64]bool)
 	for _, skip := range []bool{true, false} {
 		for i := range reps {
 			r := reps[(attempt+i)%len(reps)]
-			if skip && unreachable[r.GetNodeId()] {
+			if skip && (unreachable[r.GetNodeId()] || s.suspects.has(r.GetNodeId())) {
 				continue
 			}
 			if a, ok := s.nodes.address(r.GetNodeId()); ok {

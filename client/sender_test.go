@@ -174,6 +174,39 @@ func TestRoutingReturnsToLeaseholderAfterLostReply(t *testing.T) {
 	}
 }
 
+// A leaseholder that answers nothing (stopped with SIGSTOP) is given up
+// after a health probe goes unanswered, not after RPCTimeout: the read is
+// served by the new leaseholder, and the next requests go straight there
+// (the silent node is a suspect) instead of each waiting for its own
+// probe. Once the node answers again, it is no longer a suspect.
+func TestRoutingGivesUpSilentNode(t *testing.T) {
+	c := newFakeCluster(t, 3)
+	db := c.open(func(o *Options) {
+		o.RPCTimeout = time.Minute // the test would time out, not fail, without the probe
+		o.ProbeAfter, o.ProbeTimeout = 50*time.Millisecond, 100*time.Millisecond
+	})
+	mustPut(t, db, "a", "1") // caches node 1 as leaseholder
+	thaw := c.freezeNode(1)
+	c.setAllLeaseholders(2)
+	if got := mustGet(t, db, "a"); got != "1" {
+		t.Fatalf("get = %q", got)
+	}
+	if !db.sender.suspects.has(1) {
+		t.Fatal("node 1 is not a suspect after its probe went unanswered")
+	}
+	for i := 0; i < 5; i++ {
+		mustPut(t, db, "b", fmt.Sprint(i))
+	}
+	thaw()
+	deadline := time.Now().Add(30 * time.Second)
+	for db.sender.suspects.has(1) {
+		if time.Now().After(deadline) {
+			t.Fatal("node 1 is still a suspect 30 s after it answers again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // UNAVAILABLE is retried with backoff.
 func TestRoutingRetriesUnavailable(t *testing.T) {
 	c := newFakeCluster(t, 1)

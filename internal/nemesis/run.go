@@ -71,6 +71,12 @@ type Recovery struct {
 	// After is from the heal to the first operation that was called after
 	// the heal and succeeded.
 	After time.Duration
+	// During is from the injection to the first operation that was called
+	// after the injection and succeeded before the heal (DuringOK false:
+	// none did): how long the clients went without a success because of
+	// the fault (issue 13, item 7).
+	During   time.Duration
+	DuringOK bool
 }
 
 // Report is a run's verdict.
@@ -181,12 +187,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		sync.Mutex
 		open   *Recovery
 		healAt time.Time
+		// injected: the fault under way, if any, and when it began.
+		injected   *Recovery
+		injectedAt time.Time
 	}
 	var counts [3]atomic.Int64
 	success := func(call time.Time, ret time.Time) {
 		rec.Lock()
 		if rec.open != nil && !rec.open.Recovered && !call.Before(rec.healAt) {
 			rec.open.Recovered, rec.open.After = true, ret.Sub(rec.healAt)
+		}
+		if rec.injected != nil && !rec.injected.DuringOK && !call.Before(rec.injectedAt) {
+			rec.injected.DuringOK, rec.injected.During = true, ret.Sub(rec.injectedAt)
 		}
 		rec.Unlock()
 	}
@@ -300,6 +312,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.Faults[k]++
 			current.Store(f.String())
 			logf("inject %s", f)
+			rec.Lock()
+			rec.injected, rec.injectedAt = &Recovery{Fault: f.String()}, f.at
+			rec.Unlock()
 		}
 		if err != nil {
 			logf("inject %s: %v", k, err)
@@ -319,6 +334,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rec.Lock()
 		rec.healAt = time.Now()
 		rec.open = &Recovery{Fault: f.String(), HealedAt: rec.healAt.Sub(rep.Started)}
+		if d := rec.injected; d != nil && d.Fault == f.String() {
+			rec.open.During, rec.open.DuringOK = d.During, d.DuringOK
+			if d.DuringOK {
+				logf("first success %v after injecting %s", d.During.Round(time.Millisecond), f)
+			} else {
+				logf("no success during %s", f)
+			}
+		}
+		rec.injected = nil
 		rec.Unlock()
 		logf("healed %s", f)
 	}
@@ -398,6 +422,24 @@ func (r *Report) Print(w io.Writer) {
 	for _, k := range sortedKinds(byKind) {
 		d := byKind[k]
 		fmt.Fprintf(tw, "recovery %s\tmedian %v  max %v\n", k, medianDur(d).Round(time.Millisecond), maxDur(d).Round(time.Millisecond))
+	}
+	during, none := map[Kind][]time.Duration{}, map[Kind]int{}
+	for _, rc := range r.Recoveries {
+		k := Kind(strings.Fields(rc.Fault)[0])
+		if rc.DuringOK {
+			during[k] = append(during[k], rc.During)
+		} else {
+			none[k]++
+			during[k] = append(during[k], nil...)
+		}
+	}
+	for _, k := range sortedKinds(during) {
+		d := during[k]
+		line := fmt.Sprintf("none in %d of %d", none[k], len(d)+none[k])
+		if len(d) > 0 {
+			line = fmt.Sprintf("median %v  max %v  (%s)", medianDur(d).Round(time.Millisecond), maxDur(d).Round(time.Millisecond), line)
+		}
+		fmt.Fprintf(tw, "fault to first success %s\t%s\n", k, line)
 	}
 	switch {
 	case r.CheckErr != nil:

@@ -101,6 +101,25 @@ func (r *Replica) prepareReady(wb *storage.Batch) *pendingReady {
 			delete(r.readCtx, k)
 		}
 		r.lease = leaderLease{}
+		if rd.SoftState.Lead == raft.None {
+			// No leader known: this replica stepped down cut off from its
+			// followers (CheckQuorum), or lost an election. Its proposals
+			// may still commit under a leader it cannot reach, or never:
+			// their proposers learn it now (ErrAmbiguous) instead of at
+			// their deadline (issue 13, item 7, case c). Releasing their
+			// latches is safe: this replica evaluates nothing until it
+			// leads again, and then only once every earlier entry has
+			// applied (Status.Leaseholder). After a leadership transfer
+			// (a leader known) they are left to apply, which they
+			// usually do at once.
+			for id, p := range r.proposals {
+				p.finish(proposalResult{err: ErrAmbiguous})
+				delete(r.proposals, id)
+			}
+			for idx := range r.byIndex {
+				delete(r.byIndex, idx)
+			}
+		}
 	}
 	// Send first what needs nothing durable: the followers append while
 	// this node persists (raft thesis 10.2.1; see the package comment).

@@ -1,0 +1,149 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Probing a node that does not answer (issue 13, item 7).
+//
+// One attempt of a request may wait up to Options.RPCTimeout (10 s): a
+// write can be slow for good reasons (latches held by other writes, a
+// loaded disk), and cutting it short makes it ambiguous. But a node that
+// is stopped (SIGSTOP), or cut off from the client, never answers, and its
+// requests waited the whole timeout while the range had another leader
+// within an election timeout. So while an attempt runs past
+// Options.ProbeAfter, the client asks the same node, on the same
+// connection, for its gRPC health (grpc.health.v1, which every node
+// serves, with no certificate needed) every ProbeAfter: an answer of any
+// kind means the node is up and the attempt goes on; no answer within
+// Options.ProbeTimeout cancels the attempt as a transport failure with no
+// answer (errNodeSilent), and the routing loop tries the range's other
+// replicas. A stopped node is thus given up after about ProbeAfter +
+// ProbeTimeout instead of RPCTimeout.
+//
+// A node found silent becomes a suspect, for every request of the DB, not
+// only the one whose attempt it failed: requests try the range's other
+// replicas first, and do not follow a hint naming it (the others still
+// name it as leaseholder until they elect another, a few election
+// timeouts; following that hint made each request of a transaction wait
+// for its own probe). The DB probes a suspect every SuspectProbeInterval
+// and clears it at the first answer, so a resumed node is used again at
+// once.
+//
+// Rejected: a per-attempt deadline of about an election timeout. It would
+// give up on slow but live leaseholders too, turning slow writes into
+// ambiguous ones, and the client does not know the cluster's Raft tick.
+
+// errNodeSilent: the node did not answer a health probe during an attempt.
+var errNodeSilent = errors.New("the node did not answer a health probe")
+
+// probe watches the attempt running on addr under actx: once it has run
+// ProbeAfter, and every ProbeAfter after, it probes addr; a probe with no
+// answer within ProbeTimeout cancels the attempt (cancel) and sets silent.
+// The returned stop ends the watch; call it when the attempt returns.
+func (s *sender) probe(actx context.Context, cancel context.CancelFunc, addr string, silent *atomic.Bool) (stop func()) {
+	if s.opts.ProbeAfter <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTimer(s.opts.ProbeAfter)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-actx.Done():
+				return
+			case <-t.C:
+			}
+			conn, err := s.nodes.conn(addr)
+			if err != nil {
+				return
+			}
+			pctx, pcancel := context.WithTimeout(actx, s.opts.ProbeTimeout)
+			_, err = healthpb.NewHealthClient(conn).Check(pctx, &healthpb.HealthCheckRequest{})
+			timedOut := pctx.Err() != nil && actx.Err() == nil
+			pcancel()
+			if err != nil && timedOut {
+				silent.Store(true)
+				cancel()
+				return
+			}
+			t.Reset(s.opts.ProbeAfter)
+		}
+	}()
+	return func() { close(done) }
+}
+
+// SuspectProbeInterval is how often a suspect node is probed.
+const SuspectProbeInterval = 200 * time.Millisecond
+
+// suspectSet is the set of suspect nodes (by node ID).
+type suspectSet struct {
+	mu sync.Mutex
+	m  map[uint64]bool
+}
+
+func (ss *suspectSet) has(id uint64) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.m[id]
+}
+
+// add adds id and reports whether it was new.
+func (ss *suspectSet) add(id uint64) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.m == nil {
+		ss.m = map[uint64]bool{}
+	}
+	if ss.m[id] {
+		return false
+	}
+	ss.m[id] = true
+	return true
+}
+
+func (ss *suspectSet) remove(id uint64) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	delete(ss.m, id)
+}
+
+// suspect makes node id, at addr, a suspect until a probe of it is
+// answered (or the DB closes).
+func (s *sender) suspect(id uint64, addr string) {
+	if s.ctx == nil || !s.suspects.add(id) {
+		return
+	}
+	go func() {
+		defer s.suspects.remove(id)
+		t := time.NewTicker(SuspectProbeInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-t.C:
+			}
+			conn, err := s.nodes.conn(addr)
+			if err != nil {
+				return
+			}
+			pctx, cancel := context.WithTimeout(s.ctx, s.opts.ProbeTimeout)
+			_, err = healthpb.NewHealthClient(conn).Check(pctx, &healthpb.HealthCheckRequest{})
+			timedOut := pctx.Err() != nil
+			cancel()
+			if err == nil || !timedOut {
+				return // an answer: the node is up
+			}
+		}
+	}()
+}
