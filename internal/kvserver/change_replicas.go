@@ -251,6 +251,24 @@ func withPromotion(d *rpcpb.RangeDescriptor, learnerNode, removeNode uint64) *rp
 	nd.Replicas[ri].Type = rpcpb.ReplicaType_VOTER_OUTGOING
 	// The incoming replica takes the outgoing one's slot.
 	nd.Replicas[li], nd.Replicas[ri] = nd.Replicas[ri], nd.Replicas[li]
+	// For about one swap in every number of voters (by range and replica
+	// ID, so every replica computes the same), the incoming replica takes
+	// the slot of the preferred leader (preferredLeader) instead, and
+	// trades places with the voter there: so leases, and not only
+	// replicas, move onto a node added to the cluster. Without it the
+	// preferred slot only changed hands when its own voter was replaced,
+	// which rebalancing never picks (the lease's voter goes last), and an
+	// added node got replicas but no lease.
+	var vs []int // indexes in nd.Replicas of the voters once the swap is done
+	for i, r := range nd.Replicas {
+		if r.Type != rpcpb.ReplicaType_LEARNER && r.Type != rpcpb.ReplicaType_VOTER_OUTGOING {
+			vs = append(vs, i)
+		}
+	}
+	if nv := uint64(len(vs)); nv > 1 && (d.RangeId+promoted.ReplicaId)%nv == 0 {
+		pi := vs[d.RangeId%nv]
+		nd.Replicas[ri], nd.Replicas[pi] = nd.Replicas[pi], nd.Replicas[ri]
+	}
 	return nd
 }
 
