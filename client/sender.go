@@ -10,6 +10,7 @@ import (
 
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -119,6 +120,12 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 			return nil, err
 		}
 		actx, cancel := context.WithTimeout(ctx, s.opts.RPCTimeout)
+		if lh := s.cache.leaseholder(rid); lh != 0 && lh != nodeID && (unreachable[lh] || s.suspects.has(lh)) {
+			// The leaseholder is out of our reach: ask this replica to
+			// forward the batch to it (kvserver/proxy.go), in case only
+			// our path to it is cut.
+			actx = metadata.AppendToOutgoingContext(actx, proxyHeader, "1")
+		}
 		var nodeSilent atomic.Bool
 		stopProbe := s.probe(actx, cancel, addr, &nodeSilent) // probe.go
 		pbErr, err := call(actx, kv, e.desc)
@@ -683,3 +690,7 @@ func (s *sender) groupSpans(ctx context.Context, spans []*rpcpb.Span) ([][]*rpcp
 func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded
 }
+
+// proxyHeader is kvserver.ProxyHeader (the client does not import
+// kvserver).
+const proxyHeader = "canopy-proxy"

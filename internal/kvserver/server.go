@@ -33,6 +33,10 @@ type internalService struct {
 func (s *kvService) Batch(ctx context.Context, req *rpcpb.BatchRequest) (*rpcpb.BatchResponse, error) {
 	start := time.Now()
 	resp := s.n.batch(ctx, req)
+	if e := resp.Error; e != nil && e.Code == rpcpb.ErrorCode_NOT_LEASEHOLDER && e.LeaseholderHint != 0 &&
+		e.LeaseholderHint != s.n.NodeID() && wantsProxy(ctx) {
+		resp = s.n.proxyBatch(ctx, req, e.LeaseholderHint) // proxy.go
+	}
 	s.n.observeBatch(req, resp, start) // metrics.go
 	return resp, nil
 }

@@ -47,11 +47,15 @@ const (
 	// LostReplies commit writes after they applied, so that the clients'
 	// ambiguous-commit lookup runs.
 	KindLostReply Kind = "lost-reply"
+	// KindClientCut cuts the workload's client off from one node (every
+	// connection to it delivers nothing either way until the heal), while
+	// the nodes still reach each other (issue 13, item 7, case b).
+	KindClientCut Kind = "client-cut"
 )
 
 // Kinds is every kind, in the order a schedule of all kinds injects them.
 var Kinds = []Kind{KindPartition, KindAsymmetric, KindOracle, KindDelay, KindKill, KindPause,
-	KindSkew, KindDiskStall, KindSyncError, KindLostReply}
+	KindSkew, KindDiskStall, KindSyncError, KindLostReply, KindClientCut}
 
 // LostReplies is how many commit replies KindLostReply loses per node.
 const LostReplies = 2
@@ -144,6 +148,9 @@ func (c *cluster) inject(ctx context.Context, db *client.DB, k Kind, rng *rand.R
 		return f, c.fault(ctx, f.target, url.Values{"disk": {"stall"}, "for": {storage.FaultStallMax.String()}})
 	case KindSyncError:
 		return f, c.fault(ctx, f.target, url.Values{"disk": {"sync-error"}})
+	case KindClientCut:
+		c.cutter.set(c.addrs[f.target])
+		return f, nil
 	case KindLostReply:
 		f.target = -1
 		for i := range c.procs {
@@ -181,6 +188,9 @@ func (c *cluster) isolate(ctx context.Context, i int, q url.Values) error {
 // restarted, a paused one resumed.
 func (c *cluster) heal(ctx context.Context, f *fault) error {
 	switch f.kind {
+	case KindClientCut:
+		c.cutter.set("")
+		return nil
 	case KindKill:
 		return c.start(ctx, f.target)
 	case KindPause:

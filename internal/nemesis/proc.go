@@ -37,6 +37,8 @@ type cluster struct {
 	procs []*proc
 	addrs []string
 	exits []nodeExit // processes that a fault stopped
+	// cutter cuts the workload client off from nodes (KindClientCut).
+	cutter *cutter
 }
 
 // nodeExit is a process that stopped by itself under a fault.

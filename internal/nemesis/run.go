@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/canopy-db/canopy/client"
+	"google.golang.org/grpc"
 )
 
 // Config is one nemesis run.
@@ -168,7 +169,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := client.Open(ctx, c.addrs)
+	c.cutter = newCutter()
+	db, err := client.Open(ctx, c.addrs, client.WithDialOptions(grpc.WithContextDialer(c.cutter.Dial)))
 	if err != nil {
 		return nil, err
 	}

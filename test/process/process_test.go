@@ -259,11 +259,23 @@ func (c *cluster) addSlot(args []string) int {
 	if c.join == nil {
 		c.join = append([]string(nil), c.addrs...)
 	}
+	// Never a port of an earlier slot: a stopped node's ports are free
+	// now and the OS may hand them out again, but that node may be
+	// started again (a node 4 once got node 3's HTTP port, and node 3's
+	// restart failed to bind it).
+	used := map[string]bool{}
+	for _, nd := range c.nodes {
+		used[nd.addr], used[nd.httpAddr] = true, true
+	}
 	var ls []net.Listener
-	for range 2 {
+	for len(ls) < 2 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			c.t.Fatal(err)
+		}
+		if used[l.Addr().String()] {
+			defer l.Close() // held until the others are chosen
+			continue
 		}
 		ls = append(ls, l)
 	}
