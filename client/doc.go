@@ -85,6 +85,8 @@
 //	range_cache.go      range descriptors ordered by start key, leaseholder hints
 //	nodes.go            node IDs, addresses, connections
 //	sender.go           routing, redirects, retries, ambiguity, per-range batches
+//	probe.go            health probes of a node that leaves an attempt unanswered;
+//	                    suspect nodes; asking another replica to proxy
 //	oracle.go           batched timestamp requests
 //	kv.go               single-key operations
 //	txn.go              Txn (the top of the coordinator), Begin, DB.Txn retry loop

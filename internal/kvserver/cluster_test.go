@@ -14,6 +14,7 @@ import (
 	"github.com/canopy-db/canopy/internal/testcluster"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
 type rawClient struct {
@@ -180,5 +181,51 @@ func TestBatchLimits(t *testing.T) {
 	resp := rc.send(keys.UserKey([]byte("k")), reqs...)
 	if resp.Error.GetCode() != rpcpb.ErrorCode_INVALID_ARGUMENT || !strings.Contains(resp.Error.GetMessage(), "TxnKeysMax") {
 		t.Fatalf("oversized batch: got %v", resp.Error)
+	}
+}
+
+// TestProxyToLeaseholder (issue 13, item 7, case b): a batch sent to a
+// replica that is not the leaseholder gets NOT_LEASEHOLDER; with the
+// proxy header, that replica forwards it to the leaseholder and returns
+// its answer, for a write and for a read.
+func TestProxyToLeaseholder(t *testing.T) {
+	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc := newRaw(t, c.Addrs())
+	if resp := rc.send(keys.UserKey([]byte("p")), put("p", "v1")); resp.Error != nil {
+		t.Fatalf("put: %v", resp.Error)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lk, err := rc.conns[c.Addrs()[0]].RangeLookup(ctx, &rpcpb.RangeLookupRequest{Key: keys.UserKey([]byte("p"))})
+	if err != nil || lk.Error != nil {
+		t.Fatalf("lookup: %v %v", err, lk)
+	}
+	var other string // a replica that is not the leaseholder
+	for _, n := range lk.Nodes {
+		if n.NodeId != lk.LeaseholderNodeId {
+			other = n.Address
+		}
+	}
+	pctx := metadata.AppendToOutgoingContext(ctx, kvserver.ProxyHeader, "1")
+	for _, tc := range []struct {
+		name string
+		req  *rpcpb.RequestUnion
+	}{{"write", put("p", "v2")}, {"read", get("p")}} {
+		br := &rpcpb.BatchRequest{RangeId: lk.Range.RangeId, Requests: []*rpcpb.RequestUnion{tc.req}}
+		resp, err := rc.conns[other].Batch(ctx, br)
+		if err != nil || resp.Error.GetCode() != rpcpb.ErrorCode_NOT_LEASEHOLDER {
+			t.Fatalf("%s without the header: %v %v, want NOT_LEASEHOLDER", tc.name, err, resp.GetError())
+		}
+		resp, err = rc.conns[other].Batch(pctx, br)
+		if err != nil || resp.Error != nil {
+			t.Fatalf("%s with the header: %v %v", tc.name, err, resp.GetError())
+		}
+		if tc.name == "read" && string(resp.Responses[0].GetGet().Value) != "v2" {
+			t.Fatalf("read through the proxy: %v", resp)
+		}
 	}
 }
