@@ -243,11 +243,6 @@ func checkStoreValues(t *testing.T, store string, min int) {
 	}
 }
 
-func lastLines(s string, k int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-k):], "\n")
-}
-
 // nodeIDAt returns the node ID of the node at slot.
 func nodeIDAt(t *testing.T, c *cluster, db *client.DB, slot int) uint64 {
 	t.Helper()
