@@ -125,6 +125,12 @@ func (db *DB) ScanTxns(ctx context.Context, from, to uint64, fn func(TxnRecord) 
 // not empty) range by range in key order, calling fn for each pair; fn's
 // error ends the scan and is returned as is.
 func (s *sender) plainScan(ctx context.Context, start, end []byte, fn func(k, v []byte) error) error {
+	return s.plainScanLimit(ctx, start, end, 0, fn)
+}
+
+// plainScanLimit is plainScan asking each range for at most limit pairs
+// (0: the server's page), for a caller that stops after the first few.
+func (s *sender) plainScanLimit(ctx context.Context, start, end []byte, limit uint32, fn func(k, v []byte) error) error {
 	cur := start
 	for bytes.Compare(cur, end) < 0 {
 		resps, desc, err := s.sendBatch(ctx, cur, false, false, func(d *rpcpb.RangeDescriptor) ([]*rpcpb.RequestUnion, error) {
@@ -132,7 +138,7 @@ func (s *sender) plainScan(ctx context.Context, start, end []byte, fn func(k, v 
 			if len(d.GetEndKey()) > 0 && bytes.Compare(d.GetEndKey(), end) < 0 {
 				e = d.GetEndKey()
 			}
-			return []*rpcpb.RequestUnion{{Value: &rpcpb.RequestUnion_PlainScan{PlainScan: &rpcpb.PlainScanRequest{Start: cur, End: e}}}}, nil
+			return []*rpcpb.RequestUnion{{Value: &rpcpb.RequestUnion_PlainScan{PlainScan: &rpcpb.PlainScanRequest{Start: cur, End: e, Limit: limit}}}}, nil
 		})
 		if err != nil {
 			return err

@@ -134,14 +134,18 @@ func (db *DB) extendSchedule(ctx context.Context, ts uint64) error {
 }
 
 // extendScheduleLocked writes versions until the newest is valid through
-// ts + the extension.
+// ts + the extension. It writes nothing while the newest is valid through
+// ts + half the extension: so the extension ahead (ensureSchedule, once
+// half the extension is used) does write, and clients that race to extend
+// write once between them.
 func (db *DB) extendScheduleLocked(ctx context.Context, ts uint64) error {
-	to := ts + db.scheduleUnits()
+	units := db.scheduleUnits()
+	to, enough := ts+units, ts+units/2
 	if to < ts {
-		to = math.MaxUint64
+		to, enough = math.MaxUint64, math.MaxUint64
 	}
 	return db.writeSchedule(ctx, func(s txnstatus.Schedule) (txnstatus.Schedule, bool, error) {
-		if s.ValidThrough >= ts {
+		if s.ValidThrough >= enough {
 			return s, false, nil
 		}
 		return s.Extend(to), true, nil
@@ -193,7 +197,8 @@ var errScanDone = errors.New("scan done")
 func (db *DB) readSchedule(ctx context.Context) (*scheduleState, error) {
 	end := append(append([]byte(nil), keys.StatusSchedulePrefix[:1]...), keys.StatusSchedulePrefix[1]+1)
 	var found *scheduleState
-	err := db.sender.plainScan(ctx, keys.StatusSchedulePrefix, end, func(k, v []byte) error {
+	// The newest version sorts first: one pair is enough.
+	err := db.sender.plainScanLimit(ctx, keys.StatusSchedulePrefix, end, 1, func(k, v []byte) error {
 		ver, err := keys.StatusScheduleVersion(k)
 		if err != nil {
 			return fmt.Errorf("%w: %w: %w", ErrInternal, errBadStatus, err)
