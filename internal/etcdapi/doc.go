@@ -39,7 +39,8 @@
 //     across leaseholder changes, splits and node restarts (client.DB.Watch
 //     resumes; this package orders by the resolved timestamps).
 //  5. Leases expire by the oracle's clock (the physical part of Canopy
-//     timestamps); every node revokes expired leases, deleting their keys
+//     timestamps), with LeaseGraceMs of grace; every node revokes expired
+//     leases, deleting their keys
 //     in the revocation's transaction.
 //  6. Limits: KeyBytesMax, Canopy's value limit (keys.ValueBytesMax less
 //     the envelope), Options.TxnOpsMax, RangeKeysMax, WatchersPerStreamMax,

@@ -447,7 +447,7 @@ func (x *txnExec) leaseLive(ctx context.Context, id int64) (leaseRecord, bool, e
 	if err != nil {
 		return leaseRecord{}, false, err
 	}
-	return rec, rec.expiryMs > physicalMs(x.txn.StartTs()), nil
+	return rec, !rec.expired(physicalMs(x.txn.StartTs())), nil
 }
 
 func (x *txnExec) put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {

@@ -13,6 +13,16 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
+// LeaseGraceMs is how long past its expiry a lease is still honoured: the
+// oracle's clock, by which leases expire, may run ahead of the wall clock
+// by up to tso's default BoundAhead (3 s) after the oracle's host changes.
+// A lease therefore ends between its TTL and its TTL + 3 s after the last
+// keep-alive, never before (docs/ETCD-API.md).
+const LeaseGraceMs = 3000
+
+// expired says whether the lease has ended at the oracle's nowMs.
+func (r leaseRecord) expired(nowMs int64) bool { return r.expiryMs+LeaseGraceMs <= nowMs }
+
 // leaseServer is etcd's Lease service. A lease is a record in the etcd
 // keyspace (keys.go) holding its granted TTL and its expiry in the
 // oracle's milliseconds: the physical part of Canopy timestamps, one
@@ -169,7 +179,7 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 			return err
 		}
 		resp.GrantedTTL = rec.ttlSeconds
-		resp.TTL = (rec.expiryMs - physicalMs(x.txn.StartTs())) / 1000
+		resp.TTL = max(rec.expiryMs-physicalMs(x.txn.StartTs()), 0) / 1000
 		if !r.Keys {
 			return nil
 		}
@@ -205,7 +215,7 @@ func (l *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest)
 		out = out[:0]
 		var err error
 		out, err = x.leases(ctx, func(id int64, rec leaseRecord) bool {
-			return rec.expiryMs > physicalMs(x.txn.StartTs())
+			return !rec.expired(physicalMs(x.txn.StartTs()))
 		})
 		return err
 	})
@@ -259,24 +269,35 @@ func (s *Server) expireLeases() {
 		}
 	}()
 	s.mu.Lock()
-	open := s.mu.db != nil
+	serving, checked := s.mu.serving, s.mu.checked
 	s.mu.Unlock()
-	if !open {
-		// Open the client only once the node has served an etcd
-		// request, or the cluster may not be initialized yet.
+	if !serving && (checked || s.opts.NodeID() == 0) {
+		// Nobody uses the etcd API here, and when the node started
+		// (once the cluster was initialized) there were no leases.
 		return
 	}
 	var expired []*pb.LeaseStatus
+	found := false
 	_, err := s.run(ctx, func(ctx context.Context, x *txnExec) error {
 		var err error
+		found = false
 		expired, err = x.leases(ctx, func(id int64, rec leaseRecord) bool {
-			return rec.expiryMs <= physicalMs(x.txn.StartTs())
+			found = true
+			return rec.expired(physicalMs(x.txn.StartTs()))
 		})
 		return err
 	})
 	if err != nil {
 		s.log.Debug("looking for expired leases", "err", err)
 		return
+	}
+	if !serving {
+		// The check at start: leases outlive a restart of the whole
+		// cluster, so their expiry must not wait for an etcd client.
+		s.mu.Lock()
+		s.mu.checked = true
+		s.mu.serving = s.mu.serving || found
+		s.mu.Unlock()
 	}
 	for _, l := range expired {
 		if _, found, err := s.revoke(ctx, l.ID, true); err != nil {

@@ -1,11 +1,14 @@
 package etcdapi_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/etcdapi"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -192,5 +195,49 @@ func TestConcurrencyRecipes(t *testing.T) {
 	}
 	if err := e2.Resign(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Leases outlive a restart of the whole cluster, and expire afterwards
+// even if no etcd client comes back (each node looks for leases once it
+// starts), but not before their TTL.
+func TestLeaseExpiresAfterClusterRestart(t *testing.T) {
+	c, cli := startCluster(t, 3)
+	ctx := testCtx(t)
+	granted := time.Now()
+	l := must(cli.Grant(ctx, 3))(t)
+	must(cli.Put(ctx, "r/k", "v", clientv3.WithLease(l.ID)))(t)
+	_ = cli.Close()
+	k := append(append(bytes.Clone(etcdapi.Prefix), 'k'), "r/k"...)
+	before, err := client.Open(ctx, c.Addrs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := before.Get(ctx, k); err != nil || !ok {
+		t.Fatalf("the key as Canopy stores it: found %v, %v", ok, err)
+	}
+	_ = before.Close()
+	for i := 0; i < 3; i++ {
+		c.StopNode(i)
+	}
+	for i := 0; i < 3; i++ {
+		if err := c.RestartNode(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Canopy's own client, not etcd's: nothing here uses the etcd API.
+	db, err := client.Open(ctx, c.Addrs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	waitFor(t, "the lease's key deleted after the restart", 2*time.Minute, func() bool {
+		_, ok, err := db.Get(ctx, k)
+		return err == nil && !ok
+	})
+	// Never before its TTL, though the restart moved the oracle (whose
+	// clock may then run ahead of the wall clock: LeaseGraceMs).
+	if d := time.Since(granted); d < 3*time.Second {
+		t.Fatalf("the lease's key was deleted %v after the grant, before its TTL of 3 s", d)
 	}
 }

@@ -64,7 +64,8 @@ type Options struct {
 	// cluster is initialized). Required.
 	Open func(ctx context.Context) (*client.DB, error)
 	// NodeID returns this node's ID (0 before it has one): the member_id
-	// of response headers.
+	// of response headers. The lease expirer looks for leases once the
+	// node has one (the cluster is initialized).
 	NodeID func() uint64
 	// Address is this node's address (the client URL of `member list`).
 	Address string
@@ -128,6 +129,11 @@ type Server struct {
 		// db is the open client (nil until the first success).
 		db        *client.DB
 		clusterID uint64
+		// serving: this node has answered an etcd request, or found
+		// leases in the cluster when it started (checked): its lease
+		// expirer runs. A node nobody uses through the etcd API, in a
+		// cluster without leases, spends nothing on it.
+		serving, checked bool
 	}
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -216,10 +222,13 @@ func (s *Server) db(ctx context.Context) (*client.DB, error) {
 	return db, nil
 }
 
-// header is a response header at revision rev.
+// header is a response header at revision rev. Every response of every
+// service is given one, so it also marks the node as serving the etcd API
+// (the lease expirer, which sends no response, never calls it).
 func (s *Server) header(rev int64) *pb.ResponseHeader {
 	s.mu.Lock()
 	cid := s.mu.clusterID
+	s.mu.serving = true
 	s.mu.Unlock()
 	return &pb.ResponseHeader{ClusterId: cid, MemberId: s.opts.NodeID(), Revision: rev, RaftTerm: 1}
 }
