@@ -477,9 +477,9 @@ func (x *txnExec) put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, e
 	if r.IgnoreLease {
 		lease = prev.Lease
 	}
-	if lease != 0 && (prev == nil || prev.Lease != lease) {
-		// A key already attached to the lease proves it live (a
-		// revocation deletes its keys in the same transaction).
+	if lease != 0 {
+		// Also when the key is already attached to it: the lease may
+		// have expired, its revocation not yet done.
 		_, live, err := x.leaseLive(ctx, lease)
 		if err != nil {
 			return nil, err
