@@ -38,12 +38,15 @@ func (db *DB) DecideTxns(ctx context.Context, ds []TxnDecision) (held []TxnDecis
 	// schedule must reach their start timestamps before it picks their
 	// status keys, or a decision made after an encoding change would be
 	// written under the old era's key while the transaction's own client
-	// and its readers look under the new one (I1).
+	// and its readers look under the new one (I1). Reading is enough: each
+	// transaction's Begin made the schedule valid through its start_ts,
+	// and a decider that extended it would push encoding changes one of
+	// its own extensions ahead, whatever the clients' extension is.
 	tss := make([]uint64, len(ds))
 	for i, d := range ds {
 		tss[i] = d.StartTs
 	}
-	if err := db.ensureSchedule(ctx, true, tss...); err != nil {
+	if err := db.ensureSchedule(ctx, false, tss...); err != nil {
 		return held, recorded, publicError(err)
 	}
 	var mu sync.Mutex

@@ -105,7 +105,7 @@ func (db *DB) resolveForeign(ctx context.Context, intents []*rpcpb.Intent, w wai
 		for i, ft := range txns {
 			tss[i] = ft.startTs
 		}
-		if err := db.ensureSchedule(ctx, true, tss...); err != nil {
+		if err := db.ensureSchedule(ctx, false, tss...); err != nil {
 			return err
 		}
 	}

@@ -35,7 +35,7 @@ const StatusLookupRequestsInFlightMax = 16
 // lookupStatuses returns the decisions (commit_ts, or txnstatus.Aborted)
 // of the transactions started at startTss that have one.
 func (db *DB) lookupStatuses(ctx context.Context, startTss []uint64) (map[uint64]uint64, error) {
-	if err := db.ensureSchedule(ctx, true, startTss...); err != nil {
+	if err := db.ensureSchedule(ctx, false, startTss...); err != nil {
 		return nil, err
 	}
 	decided := make(map[uint64]uint64, len(startTss))

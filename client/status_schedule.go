@@ -86,6 +86,12 @@ func (db *DB) encOf(startTs uint64) txnstatus.Encoding {
 // it when that is not valid far enough either. Without extend, a
 // timestamp the newest version does not cover is left as it is (no
 // transaction can have begun there yet).
+//
+// Only Begin extends (its own start_ts). Lookups, intent resolution and
+// deciders read: the transactions they meet began elsewhere, and their
+// Begin made the schedule valid through their start_ts. A reader that
+// extended would push the earliest cutover of an encoding change one of
+// its own extensions ahead, whatever extension the writing clients use.
 func (db *DB) ensureSchedule(ctx context.Context, extend bool, tss ...uint64) error {
 	sc := &db.schedule
 	if !sc.enabled || len(tss) == 0 {
