@@ -160,6 +160,10 @@ func (s *Server) run(ctx context.Context, fn func(ctx context.Context, x *txnExe
 		if err := fn(ctx, x); err != nil {
 			return err
 		}
+		if p := db.Protocol(); x.writes > 0 && !writesUnder(p) {
+			return status.Errorf(codes.FailedPrecondition, "etcdapi: this cluster runs the %s commit protocol, whose transactions may not read a range and write, and are serializable but not linearizable; "+
+				"the etcd API writes only on clusters that run default or 2pc-locking (canopy init --commit-protocol); reads are served", p)
+		}
 		return x.finish(ctx)
 	})
 	if err != nil {
@@ -178,6 +182,15 @@ func (s *Server) run(ctx context.Context, fn func(ctx context.Context, x *txnExe
 		}
 	}
 	return rev, nil
+}
+
+// writesUnder says whether the etcd API writes on a cluster running
+// protocol p. Its requests read ranges (a put reads the key's metadata by
+// a scan) and then write, which the hierarchy protocols refuse (their
+// validators check keys, not spans), and etcd promises linearizable
+// writes, which they do not give.
+func writesUnder(p client.Protocol) bool {
+	return p == client.ProtocolDefault || p == client.Protocol2PCLocking
 }
 
 // txnExec runs etcd operations inside one Canopy transaction.
