@@ -2,6 +2,7 @@ package kvserver
 
 import (
 	"context"
+	"time"
 
 	"github.com/canopy-db/canopy/client"
 	"github.com/canopy-db/canopy/internal/etcdapi"
@@ -23,7 +24,13 @@ func (n *Node) startEtcdAPI() error {
 	o.NodeID = n.NodeID
 	o.Logger = n.log
 	o.Open = func(ctx context.Context) (*client.DB, error) {
-		co := client.Options{Logger: n.log}
+		// A short status-schedule extension: this client begins
+		// transactions (the lease checks at start, etcd requests), and
+		// each Begin extends the status encoding schedule by it; with a
+		// client's default (5 minutes) every encoding change made after
+		// it would take effect that far ahead
+		// (TestBankStatusEncodingMigration).
+		co := client.Options{Logger: n.log, StatusScheduleExtension: time.Second}
 		if n.cfg.Certs != nil {
 			co.TLS = n.cfg.Certs.PeerTLS()
 		}
