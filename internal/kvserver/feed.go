@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/canopy-db/canopy/internal/commitprotocol"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -382,6 +383,13 @@ func (n *Node) rangeFeed(ctx context.Context, req *rpcpb.RangeFeedRequest, send 
 	retry := func(e *rpcpb.Error) *rpcpb.FeedError { return feedErr(rpcpb.FeedError_RETRY, e) }
 	if !n.bootstrapped() {
 		return retry(pbErr(rpcpb.ErrorCode_NOT_BOOTSTRAPPED, "node is not part of a cluster yet: run canopy init"))
+	}
+	if p := n.commitProtocol(); p == commitprotocol.HierarchyLocking || p == commitprotocol.HierarchyTimestamps {
+		// Hierarchy decisions choose commit timestamps that closed
+		// timestamps do not account for: a resolved timestamp could promise
+		// what a later decision breaks.
+		return feedErr(rpcpb.FeedError_INVALID_ARGUMENT, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT,
+			"watch is not supported on a cluster that runs the %s commit protocol (its commit timestamps are not bounded by closed timestamps); use default or 2pc-locking", p))
 	}
 	start, end := req.StartKey, req.EndKey
 	if len(start) == 0 || len(end) == 0 || bytes.Compare(start, end) >= 0 ||

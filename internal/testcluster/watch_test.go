@@ -447,3 +447,25 @@ func TestWatchPushesAbandonedIntent(t *testing.T) {
 		t.Fatalf("the abandoned write reads as found=%v (err %v); its transaction should be aborted", found, err)
 	}
 }
+
+// TestWatchRefusedOnHierarchy: a watch on a cluster running a hierarchy
+// protocol ends at once with ErrInvalidArgument naming the protocol (its
+// decisions choose commit timestamps that closed timestamps do not bound,
+// so a resolved timestamp could be broken), rather than delivering a
+// stream whose promises do not hold.
+func TestWatchRefusedOnHierarchy(t *testing.T) {
+	c := startCluster(t, testcluster.Options{Nodes: 1, CommitProtocol: "hierarchy-locking"})
+	db := openDB(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := db.Watch(ctx, client.PrefixSpan([]byte("w/")), 0)
+	if err == nil {
+		for range w.Events() {
+		}
+		err = w.Err()
+		w.Close()
+	}
+	if !errors.Is(err, client.ErrInvalidArgument) || !bytes.Contains([]byte(err.Error()), []byte("hierarchy-locking")) {
+		t.Fatalf("watch on a hierarchy-locking cluster: %v, want ErrInvalidArgument naming the protocol", err)
+	}
+}
