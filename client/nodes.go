@@ -160,14 +160,9 @@ func (d *nodeDirectory) conn(addr string) (*grpc.ClientConn, error) {
 // feedClient returns a Feed client for addr (watch.go), on the same
 // connection as client's.
 func (d *nodeDirectory) feedClient(addr string) (rpcpb.FeedClient, error) {
-	if _, err := d.client(addr); err != nil {
+	c, err := d.conn(addr)
+	if err != nil {
 		return nil, err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	c, ok := d.mu.conns[addr]
-	if !ok {
-		return nil, errClosed
 	}
 	return rpcpb.NewFeedClient(c), nil
 }
@@ -175,14 +170,9 @@ func (d *nodeDirectory) feedClient(addr string) (rpcpb.FeedClient, error) {
 // hierarchyClient returns a Hierarchy client for addr (txn_hierarchy.go),
 // on the same connection as client's.
 func (d *nodeDirectory) hierarchyClient(addr string) (rpcpb.HierarchyClient, error) {
-	if _, err := d.client(addr); err != nil {
+	c, err := d.conn(addr)
+	if err != nil {
 		return nil, err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	c, ok := d.mu.conns[addr]
-	if !ok {
-		return nil, errClosed
 	}
 	return rpcpb.NewHierarchyClient(c), nil
 }
