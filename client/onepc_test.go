@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 )
@@ -84,5 +85,65 @@ func TestOnePCAmbiguousNotApplied(t *testing.T) {
 	}
 	if got := mustGet(t, db, "a"); got != "x" {
 		t.Fatalf("a = %q", got)
+	}
+}
+
+// I1 for a one-phase commit whose attempt the health probe cancels: the
+// CommitOnePC applied at node 1, which then stopped answering (SIGSTOP),
+// and the lease moved to node 2, which cannot serve a resend (here: it
+// answers UNAVAILABLE). The cancelled attempt may have applied, so it
+// ends the routing loop as ambiguous and is settled at the range
+// (QueryOnePC): committed. Before, the probe's verdict replaced the
+// one-phase commit's own ErrAmbiguous with a plain transport error; the
+// routing loop (write=false: the call reports ambiguity itself) resent
+// the commit, ran out of attempts and returned ErrUnavailable, "did not
+// commit", for a transaction whose writes were visible (G1a, found by
+// TestListAppendSwitches/all-on).
+func TestOnePCCancelledByProbeIsSettled(t *testing.T) {
+	c := newFakeCluster(t, 3)
+	c.setAllLeaseholders(1)
+	db := c.open(func(o *Options) {
+		o.RPCTimeout = time.Minute // the probe, not the timeout, ends the attempt
+		o.ProbeAfter, o.ProbeTimeout = 50*time.Millisecond, 100*time.Millisecond
+		o.SendAttemptsMax = 5
+	})
+	release := make(chan struct{})
+	thawed := make(chan func(), 1)
+	var applied atomic.Bool
+	c.setAfterBatch(func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse {
+		if node != 1 || !isOnePC(req) || resp.GetError() != nil || !applied.CompareAndSwap(false, true) {
+			return nil
+		}
+		// Applied; node 1 now answers nothing, and node 2 takes the lease.
+		thawed <- c.freezeNode(1)
+		c.setAllLeaseholders(2)
+		<-release
+		return lostReply
+	})
+	c.setBeforeBatch(func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+		if node != 1 && isOnePC(req) {
+			return errResp(rpcpb.ErrorCode_UNAVAILABLE, "fake: no quorum for a resend")
+		}
+		return nil
+	})
+	attempts := 0
+	err := db.Txn(bg, func(ctx context.Context, txn *Txn) error {
+		attempts++
+		return txn.CommitWith(ctx, Write{Key: []byte("a"), Value: []byte("1")})
+	})
+	close(release)
+	select {
+	case thaw := <-thawed:
+		thaw()
+	default:
+	}
+	if !applied.Load() {
+		t.Fatal("the one-phase commit never applied")
+	}
+	if err != nil || attempts != 1 {
+		t.Fatalf("err %v, attempts %d; want the applied one-phase commit settled as committed", err, attempts)
+	}
+	if st := db.Stats(); st.AmbiguousResolved != 1 || st.OnePCCommits != 1 {
+		t.Fatalf("stats = %+v", st)
 	}
 }

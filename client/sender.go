@@ -131,12 +131,25 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 		pbErr, err := call(actx, kv, e.desc)
 		stopProbe()
 		cancel()
-		if nodeSilent.Load() && ctx.Err() == nil {
-			// The probe cancelled the attempt: whatever call returned, the
-			// node gave no answer.
-			pbErr, err = nil, fmt.Errorf("%w within %v: %w", errNodeSilent, s.opts.ProbeTimeout, context.DeadlineExceeded)
-		}
 		var se *stopError
+		if nodeSilent.Load() && ctx.Err() == nil {
+			// The probe cancelled the attempt. A transport error is that
+			// cancellation: the node gave no answer. But an answer (the
+			// probe raced with it) stands, and so does a call's own verdict
+			// (*stopError): a call that routes with write=false and
+			// reports ambiguity itself (the one-phase commit, the
+			// non-transactional Put) said so of this very cancellation;
+			// replacing its ErrAmbiguous with a plain transport error made
+			// the loop resend a one-phase commit that may have applied and
+			// give up with ErrUnavailable (a commit reported as failed:
+			// G1a in TestListAppendSwitches/all-on).
+			if nodeID != 0 {
+				s.suspect(nodeID, addr) // probe.go
+			}
+			if err != nil && !errors.As(err, &se) {
+				pbErr, err = nil, fmt.Errorf("%w within %v: %w", errNodeSilent, s.opts.ProbeTimeout, context.DeadlineExceeded)
+			}
+		}
 		if errors.As(err, &se) {
 			return e.desc, se.err
 		}

@@ -389,3 +389,45 @@ func TestErrorsAreTyped(t *testing.T) {
 		}
 	}
 }
+
+// A Put whose attempt the health probe cancelled after it applied is not
+// resent: the probe's "no answer" does not replace the call's own
+// ErrAmbiguous (see TestAmbiguousPutIsNotResent for why a resend is a
+// second write).
+func TestPutCancelledByProbeIsNotResent(t *testing.T) {
+	c := newFakeCluster(t, 3)
+	c.setAllLeaseholders(1)
+	db := c.open(func(o *Options) {
+		o.RPCTimeout = time.Minute
+		o.ProbeAfter, o.ProbeTimeout = 50*time.Millisecond, 100*time.Millisecond
+		o.SendAttemptsMax = 5
+	})
+	release := make(chan struct{})
+	thawed := make(chan func(), 1)
+	var puts atomic.Int32
+	c.setAfterBatch(func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse {
+		if _, ok := req.Requests[0].Value.(*rpcpb.RequestUnion_Put); !ok || resp.GetError() != nil {
+			return nil
+		}
+		if puts.Add(1) != 1 {
+			return nil
+		}
+		thawed <- c.freezeNode(1)
+		c.setAllLeaseholders(2)
+		<-release
+		return lostReply
+	})
+	err := db.Put(context.Background(), []byte("k"), []byte("a"))
+	close(release)
+	select {
+	case thaw := <-thawed:
+		thaw()
+	default:
+	}
+	if !errors.Is(err, ErrAmbiguous) {
+		t.Fatalf("err = %v, want ErrAmbiguous", err)
+	}
+	if n := puts.Load(); n != 1 {
+		t.Fatalf("the Put applied %d times, want once", n)
+	}
+}
