@@ -151,6 +151,11 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 			}
 		}
 		if errors.As(err, &se) {
+			if ambiguous && errors.Is(se.err, errRegroup) {
+				// The caller regroups and resends; it must know that an
+				// earlier attempt may have applied the write.
+				return e.desc, errRegroupMayHaveApplied
+			}
 			return e.desc, se.err
 		}
 		if err != nil {
@@ -395,6 +400,22 @@ func (s *sender) sendBatch(ctx context.Context, routeKey []byte, write, async bo
 // errRegroup: a batch's keys no longer fall in one range.
 var errRegroup = errors.New("client: batch spans ranges; regroup")
 
+// errRegroupMayHaveApplied is errRegroup after an attempt of the batch
+// that may have applied (a split came between that attempt and the next).
+var errRegroupMayHaveApplied = fmt.Errorf("%w after an attempt that may have applied", errRegroup)
+
+// ambiguousAfterRegroup turns err, the end of a write batch an earlier
+// attempt of which may have applied before a regrouping, into
+// ErrAmbiguous if it claims that nothing was written (ErrUnavailable):
+// the regrouped batch's own routing loop cannot know of that attempt.
+func ambiguousAfterRegroup(err error) error {
+	if err == nil || !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrAmbiguous) {
+		return err
+	}
+	// %v, not %w: the error must no longer say "nothing was written".
+	return fmt.Errorf("%w: a write may have been applied by an attempt before its range split: %v", ErrAmbiguous, err)
+}
+
 // requestKey is the key a point request addresses.
 func requestKey(r *rpcpb.RequestUnion) []byte {
 	k := r.Key()
@@ -423,13 +444,22 @@ func (s *sender) sendPointsWith(ctx context.Context, write, async bool, reqs []*
 	for i := range pending {
 		pending[i] = i
 	}
+	// mayHaveApplied: an attempt of a regrouped write batch may have
+	// applied (errRegroupMayHaveApplied).
+	mayHaveApplied := false
+	fail := func(err error) ([]*rpcpb.ResponseUnion, error) {
+		if mayHaveApplied {
+			err = ambiguousAfterRegroup(err)
+		}
+		return nil, err
+	}
 	for round := 0; len(pending) > 0; round++ {
 		if round >= s.opts.SendAttemptsMax {
-			return nil, fmt.Errorf("%w: batch still straddles ranges after %d regroupings (SendAttemptsMax)", ErrUnavailable, round)
+			return fail(fmt.Errorf("%w: batch still straddles ranges after %d regroupings (SendAttemptsMax)", ErrUnavailable, round))
 		}
 		groups, err := s.group(ctx, reqs, pending)
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		type result struct {
 			resps []*rpcpb.ResponseUnion
@@ -473,6 +503,9 @@ func (s *sender) sendPointsWith(ctx context.Context, write, async bool, reqs []*
 				}
 			case errors.Is(r.err, errRegroup):
 				next = append(next, groups[gi]...)
+				if write && errors.Is(r.err, errRegroupMayHaveApplied) {
+					mayHaveApplied = true
+				}
 			case errors.As(r.err, &ke):
 				if merged == nil {
 					merged = proto.Clone(ke.pb).(*rpcpb.Error)
@@ -486,7 +519,7 @@ func (s *sender) sendPointsWith(ctx context.Context, write, async bool, reqs []*
 			}
 		}
 		if routingErr != nil {
-			return nil, routingErr
+			return fail(routingErr)
 		}
 		if merged != nil {
 			return nil, &kvError{pb: merged}

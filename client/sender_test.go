@@ -431,3 +431,42 @@ func TestPutCancelledByProbeIsNotResent(t *testing.T) {
 		t.Fatalf("the Put applied %d times, want once", n)
 	}
 }
+
+// A write batch whose attempt may have applied (its reply was lost), and
+// whose range then split between its keys, is regrouped and resent; if
+// the resends then run out of attempts, the result is ErrAmbiguous, not
+// ErrUnavailable ("nothing was written"): the regrouped batches' routing
+// loops do not know of the first attempt themselves.
+func TestRegroupedWriteStaysAmbiguous(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	db := c.open(func(o *Options) { o.SendAttemptsMax = 4 })
+	ka, kb := keys.UserKey([]byte("a")), keys.UserKey([]byte("b"))
+	var split atomic.Bool
+	isPut := func(req *rpcpb.BatchRequest) bool { return req.Requests[0].GetPlainPut() != nil }
+	c.setAfterBatch(func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse {
+		if !isPut(req) || len(req.Requests) != 2 || resp.GetError() != nil || !split.CompareAndSwap(false, true) {
+			return nil
+		}
+		// Applied; the reply is lost, and the range splits between a and b.
+		c.split(kb)
+		return lostReply
+	})
+	c.setBeforeBatch(func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+		if split.Load() && isPut(req) && len(req.Requests) == 1 {
+			// The regrouped batches (the stale one is refused as
+			// RANGE_KEY_MISMATCH).
+			return errResp(rpcpb.ErrorCode_UNAVAILABLE, "fake: no quorum")
+		}
+		return nil
+	})
+	_, err := db.sender.sendPoints(bg, true, []*rpcpb.RequestUnion{
+		{Value: &rpcpb.RequestUnion_PlainPut{PlainPut: &rpcpb.PlainPutRequest{Key: ka, Value: []byte("1")}}},
+		{Value: &rpcpb.RequestUnion_PlainPut{PlainPut: &rpcpb.PlainPutRequest{Key: kb, Value: []byte("2")}}},
+	})
+	if !split.Load() {
+		t.Fatal("the batch never applied")
+	}
+	if !errors.Is(err, ErrAmbiguous) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrAmbiguous (and not ErrUnavailable)", err)
+	}
+}
