@@ -220,7 +220,8 @@ func (c *txnCommitter) commit(ctx context.Context, inFlight []inFlightWrite) (*t
 // at once. Both succeed: implicitly committed (the caller records
 // COMMITTED before resolving anything). The STAGING put found a FENCE: a
 // reader is aborting us and no STAGING record of ours exists, so the
-// ordinary commit point decides, once the proofs are in. Anything else:
+// ordinary commit point decides, once the proofs are in (if they failed,
+// the ABORTED put's outcome does: settleFenced). Anything else:
 // the record may be there, so recovery decides (never a blind abort).
 func (c *txnCommitter) parallelCommit(ctx context.Context, commitTs uint64, ws []inFlightWrite) (*txnResp, error) {
 	c.step("staging")
@@ -252,10 +253,10 @@ func (c *txnCommitter) parallelCommit(ctx context.Context, commitTs uint64, ws [
 	case serr == nil && sr.fenced:
 		c.stagedTs, c.staged = 0, nil
 		if perr != nil {
-			return nil, perr
+			return c.settleFenced(ctx, perr)
 		}
 		if !proven {
-			return nil, c.missingWrite(ws, pr.proven)
+			return c.settleFenced(ctx, c.missingWrite(ws, pr.proven))
 		}
 		ts, err := c.putCommitted(ctx, commitTs)
 		if err != nil {
@@ -275,6 +276,35 @@ func (c *txnCommitter) parallelCommit(ctx context.Context, commitTs uint64, ws [
 			Msg: "parallel commit failed; recovery settled the transaction as aborted"}
 	}
 	return &txnResp{ts: d.commitTs}, nil
+}
+
+// settleFenced settles a parallel commit whose STAGING put was answered
+// with a FENCE and whose proofs failed (cause): put-unless-exists of
+// ABORTED, whose outcome or the decision it finds decides. A FENCE does
+// not prove that no STAGING record of ours was written: the server also
+// answers FENCE at an empty staging key whose status key holds a decision
+// (status-table GC deletes decided transactions' records), so a resent
+// STAGING put whose first attempt applied, after a reader recovered the
+// transaction as COMMITTED (resolving its intents, so the proofs fail)
+// and GC deleted the record, is answered FENCE. Returning cause then
+// reported a committed transaction as not committed whenever the rollback
+// could not reach the status table. If the put fails, the outcome is
+// unknown: ErrAmbiguous.
+func (c *txnCommitter) settleFenced(ctx context.Context, cause error) (*txnResp, error) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.abortTimeout)
+	defer cancel()
+	pr, err := c.next.send(lctx, &txnReq{op: opPutStatus, ts: txnstatus.Aborted})
+	if errors.Is(err, errBadStatus) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: parallel commit of transaction %d fenced, its proofs failed (%v), and recording it as aborted failed: %v", ErrAmbiguous, c.startTs, cause, err)
+	}
+	if pr.won || pr.d.aborted() {
+		return nil, cause
+	}
+	c.stats.ambiguousResolved.add(1)
+	return &txnResp{ts: pr.d.commitTs}, nil
 }
 
 // prove proves ws with one request (the wire splits it per range, in

@@ -220,7 +220,9 @@ func stagedWrites(ws []inFlightWrite) []txnstatus.StagedWrite {
 
 // putStaging writes our STAGING record with put-unless-exists. The sender
 // resends it after an ambiguous attempt; the resend finds our own value,
-// which counts as won (putUnlessExists).
+// which counts as won (putUnlessExists), or, if a reader decided the
+// transaction meanwhile and status-table GC deleted the record, a FENCE
+// (the committer's settleFenced).
 func (w *txnWire) putStaging(ctx context.Context, commitTs uint64, ws []inFlightWrite) (*txnResp, error) {
 	t := w.t
 	db := t.db
