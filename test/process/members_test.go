@@ -40,27 +40,9 @@ func TestReplaceLostNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	acked := &ackedWrites{values: map[string]string{}}
-	stopWriter := make(chan struct{})
-	writerDone := make(chan struct{})
-	go func() { defer close(writerDone); writer(t, db, acked, stopWriter) }()
-	defer func() {
-		select {
-		case <-stopWriter:
-		default:
-			close(stopWriter)
-		}
-		<-writerDone
-	}()
-	waitAcked := func(what string, n int) {
-		t.Helper()
-		c.eventually(what, func() error {
-			if got := acked.count(); got < n {
-				return fmt.Errorf("%d writes acknowledged, waiting for %d", got, n)
-			}
-			return nil
-		})
-	}
+	acked, stopWriter := startWriter(t, db)
+	defer stopWriter()
+	waitAcked := func(what string, n int) { t.Helper(); c.waitAcked(acked, what, n) }
 	waitAcked("first writes", 100)
 
 	// n3 loses its store.
@@ -116,8 +98,7 @@ func TestReplaceLostNode(t *testing.T) {
 		return nil
 	})
 	waitAcked("writes after the replacement", acked.count()+100)
-	close(stopWriter)
-	<-writerDone
+	stopWriter()
 	acked.mu.Lock()
 	c.readBack(db, "after replacing n3", acked.values)
 	acked.mu.Unlock()

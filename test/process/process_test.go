@@ -426,6 +426,32 @@ func (a *ackedWrites) count() int {
 	return a.acks
 }
 
+// startWriter runs writer on db in the background and returns its
+// acknowledged writes and stop, which stops the writer and waits for it
+// (it may be called more than once).
+func startWriter(t *testing.T, db *client.DB) (*ackedWrites, func()) {
+	acked := &ackedWrites{values: map[string]string{}}
+	stopCh, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); writer(t, db, acked, stopCh) }()
+	var once sync.Once
+	return acked, func() {
+		once.Do(func() { close(stopCh) })
+		<-done
+	}
+}
+
+// waitAcked waits (for progress, not for a time) until a holds at least
+// n acknowledged writes.
+func (c *cluster) waitAcked(a *ackedWrites, what string, n int) {
+	c.t.Helper()
+	c.eventually(what, func() error {
+		if got := a.count(); got < n {
+			return fmt.Errorf("%d writes acknowledged, waiting for %d", got, n)
+		}
+		return nil
+	})
+}
+
 // writerKeys is how many keys the writer cycles over: p/00000 to p/00249,
 // all in one range (below the split at p/00300), so that every write goes
 // to the range whose leaseholder is killed and its log grows long enough,
@@ -575,27 +601,9 @@ func TestThreeProcessesKillLeaseholder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	acked := &ackedWrites{values: map[string]string{}}
-	stopWriter := make(chan struct{})
-	writerDone := make(chan struct{})
-	go func() { defer close(writerDone); writer(t, db, acked, stopWriter) }()
-	defer func() {
-		select {
-		case <-stopWriter:
-		default:
-			close(stopWriter)
-		}
-		<-writerDone
-	}()
-	waitAcked := func(what string, n int) {
-		t.Helper()
-		c.eventually(what, func() error {
-			if got := acked.count(); got < n {
-				return fmt.Errorf("%d writes acknowledged, waiting for %d", got, n)
-			}
-			return nil
-		})
-	}
+	acked, stopWriter := startWriter(t, db)
+	defer stopWriter()
+	waitAcked := func(what string, n int) { t.Helper(); c.waitAcked(acked, what, n) }
 	waitAcked("first writes", 50)
 
 	// Kill -9 the leaseholder of the range being written (keys below
@@ -622,8 +630,7 @@ func TestThreeProcessesKillLeaseholder(t *testing.T) {
 	c.start(killed)
 	c.waitLive(3)
 	waitAcked("writes after the restart", acked.count()+50)
-	close(stopWriter)
-	<-writerDone
+	stopWriter()
 
 	checkAcked := func(when string) {
 		t.Helper()

@@ -31,27 +31,9 @@ func TestAddNodeRebalances(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	acked := &ackedWrites{values: map[string]string{}}
-	stopWriter := make(chan struct{})
-	writerDone := make(chan struct{})
-	go func() { defer close(writerDone); writer(t, db, acked, stopWriter) }()
-	defer func() {
-		select {
-		case <-stopWriter:
-		default:
-			close(stopWriter)
-		}
-		<-writerDone
-	}()
-	waitAcked := func(what string, n int) {
-		t.Helper()
-		c.eventually(what, func() error {
-			if got := acked.count(); got < n {
-				return fmt.Errorf("%d writes acknowledged, waiting for %d", got, n)
-			}
-			return nil
-		})
-	}
+	acked, stopWriter := startWriter(t, db)
+	defer stopWriter()
+	waitAcked := func(what string, n int) { t.Helper(); c.waitAcked(acked, what, n) }
 	waitAcked("first writes", 100)
 
 	// The new node does not join by itself: only `node add` brings it in.
@@ -118,8 +100,7 @@ func TestAddNodeRebalances(t *testing.T) {
 		return nil
 	})
 	waitAcked("writes after the rebalancing", acked.count()+100)
-	close(stopWriter)
-	<-writerDone
+	stopWriter()
 	acked.mu.Lock()
 	c.readBack(db, "after adding n4", acked.values)
 	acked.mu.Unlock()
