@@ -160,37 +160,19 @@ func hotSpotRun(ctx context.Context, o HotSpotOptions, db *client.DB, enc txnsta
 	rctx, cancel := context.WithTimeout(ctx, o.RunMax)
 	defer cancel()
 	start := time.Now()
-	var next atomic.Int64
-	errs := make(chan error, o.Concurrency)
-	var wg sync.WaitGroup
-	for w := range o.Concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(o.Commits) || rctx.Err() != nil {
-					return
-				}
-				err := db.Txn(rctx, func(ctx context.Context, txn *client.Txn) error {
-					for j := range 2 {
-						k := fmt.Appendf(nil, "hot/%d/%d/%d", n, w, (int(i)*2+j)%512)
-						if err := txn.Put(ctx, k, []byte("v")); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if err != nil {
-					errs <- err
-					return
+	err = forEach(rctx, o.Concurrency, o.Commits, func(w, i int) error {
+		i++ // commits are numbered from 1
+		return db.Txn(rctx, func(ctx context.Context, txn *client.Txn) error {
+			for j := range 2 {
+				k := fmt.Appendf(nil, "hot/%d/%d/%d", n, w, (i*2+j)%512)
+				if err := txn.Put(ctx, k, []byte("v")); err != nil {
+					return err
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+			return nil
+		})
+	})
+	if err != nil {
 		return run, err
 	}
 	run.Elapsed = time.Since(start)
@@ -669,37 +651,18 @@ func endToEndTrial(ctx context.Context, o EndToEndOptions, addrs []string, write
 	defer cancel()
 	progress(fmt.Sprintf("end to end: %s, trial %d: %d transactions leave intents on %d keys...", name, trial, o.Txns, o.Keys))
 	per := o.Keys / o.Txns
-	var next atomic.Int64
-	errs := make(chan error, 16)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				t := int(next.Add(1)) - 1
-				if t >= o.Txns {
-					return
-				}
-				err := writer.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
-					for j := range per {
-						k := fmt.Appendf(nil, "e2e/%06d", j*o.Txns+t)
-						if err := txn.Put(ctx, k, fmt.Appendf(nil, "%d/%d", trial, t)); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if err != nil {
-					errs <- err
-					return
+	err := forEach(ctx, 16, o.Txns, func(_, t int) error {
+		return writer.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+			for j := range per {
+				k := fmt.Appendf(nil, "e2e/%06d", j*o.Txns+t)
+				if err := txn.Put(ctx, k, fmt.Appendf(nil, "%d/%d", trial, t)); err != nil {
+					return err
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+			return nil
+		})
+	})
+	if err != nil {
 		return cell, err
 	}
 	reader, err := client.Open(ctx, addrs, client.WithOptions(ro))
@@ -736,4 +699,32 @@ func EndToEndTable(cells []EndToEndCell) Table {
 		t.Rows = append(t.Rows, []string{c.Variant, fmt.Sprint(c.Trial), fmt.Sprint(c.Keys), ms(c.Scan), fmt.Sprint(c.Lookups)})
 	}
 	return t
+}
+
+// forEach calls f(w, i) for i in [0, n) on workers goroutines (w is the
+// worker's number), each taking the next i until all are done, ctx ends or
+// a call fails; it returns the first error.
+func forEach(ctx context.Context, workers, n int, f func(w, i int) error) error {
+	var next atomic.Int64
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := f(w, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
