@@ -25,22 +25,16 @@ func (t *Txn) Commit(ctx context.Context) error {
 	if t.hier != nil {
 		return t.hierCommit(ctx) // txn_hierarchy.go
 	}
-	t.opMu.Lock()
-	t.mu.Lock()
-	if t.mu.state != txnPending {
-		s := t.mu.state
-		t.mu.Unlock()
-		t.opMu.Unlock()
-		return invalidArgf("transaction %d is %s", t.startTs, s)
+	poisoned, err := t.startCommit()
+	if err != nil {
+		return err
 	}
-	t.mu.state = txnCommitting
-	poisoned := t.mu.err
+	t.mu.Lock()
 	wrote := len(t.mu.writeKeys) > 0
 	// A transaction holding locks (2pc-locking's reads) lets its protocol
 	// decide even when it wrote nothing: its reads may need a check.
 	locked := len(t.mu.lockKeys) > 0
 	t.mu.Unlock()
-	t.opMu.Unlock()
 	if poisoned != nil {
 		_, _ = t.abort(ctx)
 		return poisoned
@@ -71,6 +65,21 @@ func (t *Txn) Commit(ctx context.Context) error {
 		}
 		return publicError(err)
 	}
+}
+
+// startCommit moves a pending transaction to committing, after which no
+// operation is taken, and returns the error that poisoned it (nil: none);
+// a transaction in any other state is refused.
+func (t *Txn) startCommit() (poisoned, err error) {
+	t.opMu.Lock()
+	defer t.opMu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.state != txnPending {
+		return nil, invalidArgf("transaction %d is %s", t.startTs, t.mu.state)
+	}
+	t.mu.state = txnCommitting
+	return t.mu.err, nil
 }
 
 // txnCommitter is the layer that decides (txn_layers.go): the default

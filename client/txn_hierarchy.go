@@ -156,18 +156,10 @@ func (t *Txn) hierWrite(k, value []byte, del bool) error {
 
 // hierCommit is Commit for the hierarchy protocols.
 func (t *Txn) hierCommit(ctx context.Context) error {
-	t.opMu.Lock()
-	t.mu.Lock()
-	if t.mu.state != txnPending {
-		s := t.mu.state
-		t.mu.Unlock()
-		t.opMu.Unlock()
-		return invalidArgf("transaction %d is %s", t.startTs, s)
+	poisoned, err := t.startCommit()
+	if err != nil {
+		return err
 	}
-	t.mu.state = txnCommitting
-	poisoned := t.mu.err
-	t.mu.Unlock()
-	t.opMu.Unlock()
 	h := t.hier
 	h.mu.Lock()
 	var writes []*rpcpb.HierWrite
