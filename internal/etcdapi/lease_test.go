@@ -27,6 +27,25 @@ func waitFor(t *testing.T, what string, deadline time.Duration, cond func() bool
 	}
 }
 
+// waitForProgress waits until cond says done; it fails the test only when
+// cond reports no progress for stall.
+func waitForProgress(t *testing.T, what string, stall time.Duration, cond func() (done, progressed bool)) {
+	t.Helper()
+	end := time.Now().Add(stall)
+	for {
+		done, progressed := cond()
+		if done {
+			return
+		}
+		if progressed {
+			end = time.Now().Add(stall)
+		} else if time.Now().After(end) {
+			t.Fatalf("%s: no progress for %v", what, stall)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // A lease that expires takes its keys with it (a watcher sees them
 // deleted); one kept alive does not; a revoked one does at once.
 func TestLeases(t *testing.T) {

@@ -29,7 +29,11 @@ type op struct {
 // must all be there; a write whose request failed may or may not be).
 func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 	c, cli := startCluster(t, 3)
-	ctx := testCtx(t)
+	// Longer than testCtx: a watcher with prev_kv reads each previous
+	// value on its own, which on a loaded machine takes minutes for the
+	// thousands of writes below; the waits below are for progress.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	first := must(cli.Put(ctx, "w/start", "0"))(t)
 	// Two watchers: from a past revision (catch-up, then live), and with
 	// prev_kv and a filter.
@@ -145,13 +149,18 @@ func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 		if name == "w2" {
 			last = lastPut // w2 filters deletes out
 		}
-		waitFor(t, name+" reaching the last revision", time.Minute, func() bool {
+		// Waiting for progress, not for a time: the watcher fails only if
+		// it delivers nothing new for a minute before it gets there.
+		seen := -1
+		waitForProgress(t, name+" reaching the last revision", time.Minute, func() (bool, bool) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			if s.err != nil {
 				t.Fatalf("%s: %v", name, s.err)
 			}
-			return len(s.events) > 0 && s.events[len(s.events)-1].Kv.ModRevision >= last
+			progressed := len(s.events) > seen
+			seen = len(s.events)
+			return len(s.events) > 0 && s.events[len(s.events)-1].Kv.ModRevision >= last, progressed
 		})
 	}
 	check := func(name string, s *stream, fromRev int64, wantDeletes bool) {
