@@ -228,4 +228,36 @@ func TestProxyToLeaseholder(t *testing.T) {
 			t.Fatalf("read through the proxy: %v", resp)
 		}
 	}
+	// The oracle's Timestamps: a node that is not the oracle host answers
+	// NOT_LEASEHOLDER naming it, and with the header fetches the
+	// timestamps for the client (a client cut off from the oracle host).
+	var host uint64
+	for host == 0 {
+		for i, addr := range c.Addrs() {
+			resp, err := rc.conns[addr].Timestamps(ctx, &rpcpb.TimestampRequest{Count: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Error == nil {
+				host = uint64(i + 1)
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no oracle host answered")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i, addr := range c.Addrs() {
+		if uint64(i+1) == host {
+			continue
+		}
+		resp, err := rc.conns[addr].Timestamps(ctx, &rpcpb.TimestampRequest{Count: 3})
+		if err != nil || resp.Error.GetCode() != rpcpb.ErrorCode_NOT_LEASEHOLDER || resp.Error.GetLeaseholderHint() != host {
+			t.Fatalf("timestamps at n%d without the header: %v %v, want NOT_LEASEHOLDER naming n%d", i+1, err, resp.GetError(), host)
+		}
+		resp, err = rc.conns[addr].Timestamps(pctx, &rpcpb.TimestampRequest{Count: 3})
+		if err != nil || resp.Error != nil || resp.Count != 3 || resp.First == 0 {
+			t.Fatalf("timestamps at n%d with the header: %v %v", i+1, err, resp)
+		}
+	}
 }

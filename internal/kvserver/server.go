@@ -396,14 +396,16 @@ func (s *kvService) Timestamps(ctx context.Context, req *rpcpb.TimestampRequest)
 	defer cancel()
 	first, e := n.allocateLocal(ctx, req.Count)
 	if l := n.r1Leader(); e != nil && e.Code == rpcpb.ErrorCode_NOT_LEASEHOLDER && !fromNode(ctx) &&
-		l != 0 && l != n.NodeID() && !n.liveness.isLive(l) {
+		l != 0 && l != n.NodeID() && (!n.liveness.isLive(l) || wantsProxy(ctx)) {
 		// A client's request at a node that is not the oracle host, while
-		// the host range 1 last had is silent (stopped, cut off): fetch
-		// for the client rather than send it back with that stale hint
-		// (fetchTimestamps moves on as soon as range 1 elects a leader).
-		// Otherwise the hint goes back, so the client talks to the oracle
-		// host directly. A node's request is never forwarded again, so
-		// forwarding cannot loop.
+		// the host range 1 last had is silent (stopped, cut off), or while
+		// the client cannot reach the host itself (it asks with the
+		// ProxyHeader, proxy.go: a cut between the client and the host
+		// alone): fetch for the client rather than send it back with a
+		// hint it cannot follow (fetchTimestamps moves on as soon as range
+		// 1 elects a leader). Otherwise the hint goes back, so the client
+		// talks to the oracle host directly. A node's request is never
+		// forwarded again, so forwarding cannot loop.
 		f, err := n.fetchTimestamps(int(req.Count))
 		if err == nil {
 			return &rpcpb.TimestampResponse{First: f, Count: req.Count}, nil
