@@ -16,8 +16,9 @@ import (
 // Commit commits the transaction. It returns nil exactly when the
 // transaction committed. *RetryableError: it aborted (a conflict, or
 // another transaction aborted it) and may be run again. ErrAmbiguous: the
-// commit's outcome is unknown even after looking it up. Any other error:
-// it did not commit.
+// commit's outcome is unknown even after looking it up (also when the
+// commit failed after its commit point may have applied and the rollback
+// that would settle it failed too). Any other error: it did not commit.
 //
 // A transaction that wrote nothing and holds no lock commits without any
 // request: its reads were a consistent snapshot at start_ts.
@@ -62,6 +63,14 @@ func (t *Txn) Commit(ctx context.Context) error {
 		d, aerr := t.abort(ctx)
 		if aerr == nil && !d.aborted() {
 			return nil
+		}
+		if errors.Is(aerr, errCommitMayHaveApplied) {
+			// The rollback failed and our commit point may have applied
+			// (txnCommitter.rollbackFailed): err is no proof of failure.
+			t.setState(txnUnknown)
+			t.db.stats.ambiguous.add(1)
+			return fmt.Errorf("%w: commit of transaction %d failed (%v) after its commit point may have applied, and the rollback failed: %v",
+				ErrAmbiguous, t.startTs, publicError(err), aerr)
 		}
 		return publicError(err)
 	}
@@ -133,6 +142,11 @@ type txnCommitter struct {
 	// recovered is the decision our own recovery reached (final), so
 	// that the abort after a failed parallel commit does not recover again.
 	recovered *decision
+	// putOpen: the COMMITTED put was sent and its outcome is not settled
+	// (it may have applied). Cleared when the put or the lookup after it
+	// decides, or when its error proves it never applied. With stagedTs
+	// (and no recovered decision) it is what pointMayHaveApplied reports.
+	putOpen bool
 	// stepHook is Options.TestingCommitStep.
 	stepHook func(startTs uint64, step string)
 }
@@ -169,7 +183,7 @@ func (c *txnCommitter) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 			// (an implicit commit must not be overwritten by ABORTED).
 			d, err := c.recoverOwn(ctx)
 			if err != nil {
-				return nil, err
+				return nil, c.rollbackFailed(err)
 			}
 			return &txnResp{d: d}, nil
 		}
@@ -182,14 +196,42 @@ func (c *txnCommitter) send(ctx context.Context, r *txnReq) (*txnResp, error) {
 		}
 		pr, err := c.next.send(ctx, &txnReq{op: opPutStatus, ts: txnstatus.Aborted})
 		if err != nil {
-			return nil, err
+			return nil, c.rollbackFailed(err)
 		}
+		c.putOpen = false
 		if pr.won {
 			return &txnResp{d: decision{commitTs: txnstatus.Aborted}}, nil
 		}
 		return &txnResp{d: pr.d}, nil
 	}
 	return c.next.send(ctx, r)
+}
+
+// errCommitMayHaveApplied marks (beside ErrAmbiguous) a rollback that
+// failed after a commit point of ours may have applied: Txn.Commit then
+// reports its failed commit as ErrAmbiguous, not as a definite failure.
+var errCommitMayHaveApplied = errors.New("client: the commit point may have applied")
+
+// pointMayHaveApplied reports whether a commit point of ours (the
+// COMMITTED put, or a STAGING record that recovery has not settled) may
+// have applied without our knowing the decision.
+func (c *txnCommitter) pointMayHaveApplied() bool {
+	return c.putOpen || (c.stagedTs != 0 && c.recovered == nil)
+}
+
+// rollbackFailed is the error of an opAbort that failed with err: if our
+// commit point may have applied, the transaction's outcome is unknown
+// (ErrAmbiguous and errCommitMayHaveApplied; err by %v, since its class,
+// ErrUnavailable say, speaks only of the rollback); otherwise err, as the
+// commit certainly did not apply. Rollback after a commit failure used to
+// leave err alone, so that Txn.Commit returned its commit error as a
+// definite failure even when the commit point may have applied (a status
+// record that could not be read back after an unknown put outcome).
+func (c *txnCommitter) rollbackFailed(err error) error {
+	if !c.pointMayHaveApplied() || errors.Is(err, ErrAmbiguous) && errors.Is(err, errCommitMayHaveApplied) {
+		return err
+	}
+	return fmt.Errorf("%w: %w: transaction %d: rollback failed: %v", ErrAmbiguous, errCommitMayHaveApplied, c.startTs, err)
 }
 
 func (c *txnCommitter) commit(ctx context.Context, inFlight []inFlightWrite) (*txnResp, error) {
@@ -399,15 +441,19 @@ func (c *txnCommitter) recoverOwn(ctx context.Context) (decision, error) {
 // putCommitted is the ordinary commit point: put-unless-exists of
 // COMMITTED at commitTs, with the lookup after an unknown outcome.
 func (c *txnCommitter) putCommitted(ctx context.Context, commitTs uint64) (uint64, error) {
+	c.putOpen = true
 	pr, err := c.next.send(ctx, &txnReq{op: opPutStatus, ts: commitTs})
 	if errors.Is(err, errBadStatus) {
 		// Our value does not encode, or the put found a record that does
-		// not decode: a lookup would get no further.
+		// not decode: a lookup would get no further. putOpen stays set:
+		// the record that does not decode may be our own, damaged, after
+		// an attempt whose answer was lost (the resend then finds it).
 		return 0, err
 	}
 	if err != nil {
 		return c.lookupUnknownCommit(ctx, err, commitTs)
 	}
+	c.putOpen = false
 	if pr.won {
 		return commitTs, nil
 	}
@@ -433,7 +479,11 @@ func (c *txnCommitter) decideBy(d decision, ourCommitTs uint64) (uint64, error) 
 // Only ErrUnavailable proves the put was never applied; anything else may
 // have applied it.
 func (c *txnCommitter) lookupUnknownCommit(ctx context.Context, cause error, commitTs uint64) (uint64, error) {
-	mayHaveApplied := !errors.Is(cause, ErrUnavailable)
+	// An ErrUnavailable that also says ErrAmbiguous (a write refused for
+	// lack of disk after an attempt with an unknown outcome) may have
+	// applied.
+	mayHaveApplied := errors.Is(cause, ErrAmbiguous) || !errors.Is(cause, ErrUnavailable)
+	c.putOpen = mayHaveApplied
 	// The caller's context may be what ended the put; the lookup is needed
 	// all the same, so it gets its own bound.
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.abortTimeout)
@@ -455,6 +505,7 @@ func (c *txnCommitter) lookupUnknownCommit(ctx context.Context, cause error, com
 		c.stats.ambiguousResolved.add(1)
 	}
 	if gr.found {
+		c.putOpen = false
 		return c.decideBy(gr.d, commitTs)
 	}
 	pr, err := c.next.send(lctx, &txnReq{op: opPutStatus, ts: txnstatus.Aborted})
@@ -464,6 +515,7 @@ func (c *txnCommitter) lookupUnknownCommit(ctx context.Context, cause error, com
 	if err != nil {
 		return unknown(err)
 	}
+	c.putOpen = false
 	if pr.won || pr.d.aborted() {
 		return 0, &RetryableError{Reason: ReasonAborted, Ts: c.startTs,
 			Msg: "commit outcome was unknown; settled by recording the transaction as aborted"}

@@ -335,6 +335,48 @@ func TestAmbiguousCommitResolvedByLookup(t *testing.T) {
 	closeAndCheckClean(t, c, db)
 }
 
+// The commit point applies but its answer is lost, and the record it
+// wrote is then found damaged (it does not decode): the resend, the
+// lookup and the rollback's "aborted" all meet it and fail. The commit
+// may have applied, so Commit returns ErrAmbiguous, never the corruption
+// error as a definite failure (which said "not committed").
+func TestCommitRollbackFailsAfterPointMayHaveApplied(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	db := c.open(func(o *Options) { o.SendAttemptsMax = 3; o.ParallelCommits = ToggleOff; o.OnePC = ToggleOff })
+	damaged := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	var n atomic.Int32
+	c.setAfterBatch(func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse {
+		if isCommitPUE(req) && n.Add(1) == 1 {
+			k := req.Requests[0].GetPlainPutUnlessExists().GetKey()
+			c.mu.Lock()
+			c.mu.plain[string(k)] = damaged
+			c.mu.Unlock()
+			return errResp(rpcpb.ErrorCode_AMBIGUOUS, "leader changed")
+		}
+		return nil
+	})
+	txn, err := db.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.decodeStatus(txn.StartTs(), damaged); err == nil {
+		t.Fatal("the damaged record decodes")
+	}
+	if err := txn.Put(bg, []byte("a"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	err = txn.Commit(bg)
+	if !errors.Is(err, ErrAmbiguous) || errors.Is(err, ErrInternal) {
+		t.Fatalf("Commit = %v; want ErrAmbiguous (and not ErrInternal)", err)
+	}
+	if n.Load() == 0 {
+		t.Fatal("the commit point was never sent")
+	}
+	if err := txn.Commit(bg); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "unknown outcome") {
+		t.Fatalf("second Commit = %v; want the transaction of unknown outcome refused", err)
+	}
+}
+
 // The commit point's answers are AMBIGUOUS and it never applied: the
 // lookup finds no record, writes "aborted", and only then is the closure
 // run again.
