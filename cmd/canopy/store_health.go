@@ -74,12 +74,28 @@ func parseBytes(s string) (int64, bool) {
 // (the engine cannot continue; see storage.Options.Fatal).
 func storeFatal(dir string) func(msg string) {
 	return func(msg string) {
-		msg = strings.Join(strings.Fields(msg), " ")
-		advice := "the store may be damaged: see docs/OPERATIONS.md, \"A damaged store\""
-		if strings.Contains(msg, "no space left on device") {
-			advice = "its disk is full: free space on it and start the node again (docs/OPERATIONS.md, \"A full disk\")"
-		}
-		fmt.Fprintf(os.Stderr, "error: store %s: %s; %s\n", dir, msg, advice)
+		fmt.Fprintln(os.Stderr, storeFatalLine(dir, msg))
 		os.Exit(1)
 	}
+}
+
+// storeFatalLine is storeFatal's line for the engine's message msg: one
+// line (msg's white space collapsed), with what to do.
+//
+// A fatal commit error (Pebble's WAL write or fsync failed: the commit
+// pipeline cannot continue) does not by itself damage the store: the
+// write whose sync failed was never acknowledged (the Raft log is synced
+// before anything is acknowledged, I2). So the line says to check the
+// disk and start the node again; the checks at start refuse the store if
+// it was damaged after all. It used to say "the store may be damaged".
+func storeFatalLine(dir, msg string) string {
+	msg = strings.Join(strings.Fields(msg), " ")
+	advice := "the store may be damaged: see docs/OPERATIONS.md, \"A damaged store\""
+	switch {
+	case strings.Contains(msg, "no space left on device"):
+		advice = "its disk is full: free space on it and start the node again (docs/OPERATIONS.md, \"A full disk\")"
+	case strings.Contains(msg, "fatal commit error"):
+		advice = "writing to its disk failed, so the node stopped before acknowledging the write: check the disk, then start the node again (it refuses the store if it was damaged; docs/OPERATIONS.md, \"A damaged store\")"
+	}
+	return fmt.Sprintf("error: store %s: %s; %s", dir, msg, advice)
 }

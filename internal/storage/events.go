@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,7 +76,7 @@ func (l *engineLogger) Errorf(format string, args ...interface{}) {
 	l.mu.last[format] = now
 	l.mu.held[format] = 0
 	l.mu.Unlock()
-	line := fmt.Sprintf("pebble: "+format, args...)
+	line := pebbleMessage(format, args...)
 	if held > 0 {
 		line += fmt.Sprintf(" (%d similar lines held back in the last %v)", held, LogIntervalMin)
 	}
@@ -83,11 +84,23 @@ func (l *engineLogger) Errorf(format string, args ...interface{}) {
 }
 
 func (l *engineLogger) Fatalf(format string, args ...interface{}) {
-	msg := fmt.Sprintf("pebble: "+format, args...)
+	msg := pebbleMessage(format, args...)
 	if l.fatal != nil {
 		l.fatal(msg)
 	}
 	panic(msg)
+}
+
+// pebbleMessage formats one of Pebble's messages with the "pebble: "
+// prefix, once: many of Pebble's formats carry it already ("pebble: fatal
+// commit error: %v", the line after a failed WAL fsync), and adding it
+// again printed "pebble: pebble:".
+func pebbleMessage(format string, args ...interface{}) string {
+	msg := fmt.Sprintf(format, args...)
+	if strings.HasPrefix(msg, "pebble: ") {
+		return msg
+	}
+	return "pebble: " + msg
 }
 
 // corruptionRecorder remembers the first file Pebble found corrupt.

@@ -32,16 +32,32 @@ func TestEngineLoggerHoldsBackRepeats(t *testing.T) {
 	}
 }
 
-// TestEngineLoggerFatal: Pebble's fatal errors go to Options.Fatal.
+// TestEngineLoggerFatal: Pebble's fatal errors go to Options.Fatal, with
+// the "pebble: " prefix once, whether Pebble's format carries it (the
+// fatal commit error after a failed WAL fsync: it said "pebble: pebble:")
+// or not.
 func TestEngineLoggerFatal(t *testing.T) {
-	var got string
-	l := newEngineLogger(func(msg string) { got = msg; panic("fatal hook") })
-	func() {
-		defer func() { _ = recover() }()
-		l.Fatalf("fatal commit error: %v", "no space left on device")
-	}()
-	if got != "pebble: fatal commit error: no space left on device" {
-		t.Fatalf("Fatal hook got %q", got)
+	for _, tc := range []struct{ format, arg, want string }{
+		{"pebble: fatal commit error: %v", ErrInjectedSync.Error(), "pebble: fatal commit error: storage: injected fault: fsync failed"},
+		{"fatal commit error: %v", "no space left on device", "pebble: fatal commit error: no space left on device"},
+		{"%v", "pebble: encountered corruption", "pebble: encountered corruption"},
+	} {
+		var got string
+		l := newEngineLogger(func(msg string) { got = msg; panic("fatal hook") })
+		func() {
+			defer func() { _ = recover() }()
+			l.Fatalf(tc.format, tc.arg)
+		}()
+		if got != tc.want {
+			t.Errorf("Fatalf(%q, %q): Fatal hook got %q; want %q", tc.format, tc.arg, got, tc.want)
+		}
+	}
+	var out bytes.Buffer
+	l := newEngineLogger(nil)
+	l.out = &out
+	l.Errorf("pebble: background error: %s", "x")
+	if out.String() != "pebble: background error: x\n" {
+		t.Errorf("Errorf logged %q", out.String())
 	}
 }
 
