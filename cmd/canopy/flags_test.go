@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-db/canopy/internal/kvserver"
 	"github.com/canopy-db/canopy/internal/replica"
 )
 
@@ -26,7 +27,9 @@ func TestFlagChecks(t *testing.T) {
 		{"bad listen", checkStartFlags("127.0.0.1:70000", "", ok, 100*time.Millisecond, 8192, replica.SchedulerConfig{}), "--listen"},
 		{"threshold", checkStartFlags("127.0.0.1:26257", "", ok, 100*time.Millisecond, 0, replica.SchedulerConfig{}), "--value-threshold"},
 		{"workers", checkStartFlags("127.0.0.1:26257", "", ok, 100*time.Millisecond, 8192, replica.SchedulerConfig{Workers: -1}), "--raft-workers"},
-		{"init defaults", checkInitFlags("127.0.0.1:26257", 1, 3, "tickets"), ""},
+		{"init defaults", checkInitFlags("127.0.0.1:26257", 1, 3, kvserver.DefaultStatusEncoding), ""},
+		{"init tickets", checkInitFlags("127.0.0.1:26257", 1, 3, "tickets"), ""},
+		{"init v1", checkInitFlags("127.0.0.1:26257", 1, 3, "v1"), ""},
 		{"init ranges wrap", checkInitFlags("127.0.0.1:26257", 4294967297, 3, "tickets"), "--initial-ranges"},
 		{"init rf", checkInitFlags("127.0.0.1:26257", 1, -1, "tickets"), "--replication-factor"},
 		{"init encoding", checkInitFlags("127.0.0.1:26257", 1, 3, "v2"), "--status-encoding"},

@@ -19,7 +19,7 @@ func init() {
 		Long: "Without flags, prints the cluster's transaction switches and its status encoding schedule. Each\n" +
 			"switch flag sets one switch to on, off or default (on). Clients read the setting at start and every\n" +
 			"few seconds; a transaction's own options and its client's options override it.\n\n" +
-			"--status-encoding v1|tickets moves the transaction status table to that encoding while the cluster\n" +
+			"--status-encoding v1|tickets|tickets-mix moves the transaction status table to that encoding while the cluster\n" +
 			"runs: transactions that start after the cutover timestamp printed use it; those started before keep\n" +
 			"theirs, and lookups of their timestamps use the old encoding. The cutover is within the schedule's\n" +
 			"extension (5 minutes by default) of now.",

@@ -178,7 +178,8 @@ func init() {
 		Long: `Bootstrap a new cluster from the nodes named in --join of the node at --host
 (the first address of --host). It waits up to --dial-timeout for that node to
 answer, and the node waits, within --timeout, for the others. Run it once: on a
-cluster already initialized it fails with exit status 2.`,
+cluster already initialized it fails with exit status 2. The status encoding is
+tickets-mix unless --status-encoding names tickets or v1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := conn.check(); err != nil {
@@ -236,7 +237,7 @@ cluster already initialized it fails with exit status 2.`,
 	addConnFlags(cmd)
 	cmd.Flags().IntVar(&ranges, "initial-ranges", 1, fmt.Sprintf("pre-split the user keyspace into this many ranges (at most %d)", kvserver.InitialRangesMax))
 	cmd.Flags().IntVar(&rf, "replication-factor", 3, "replicas per range (capped at the number of nodes)")
-	cmd.Flags().StringVar(&encoding, "status-encoding", "tickets", "transaction status table encoding: tickets, tickets-mix or v1")
+	cmd.Flags().StringVar(&encoding, "status-encoding", kvserver.DefaultStatusEncoding, "transaction status table encoding: tickets-mix (spreads status writes evenly over the status ranges), tickets (the AtlasDB record's layout) or v1")
 	cmd.Flags().StringVar(&protocol, "commit-protocol", string(commitprotocol.Default), "the cluster's commit protocol, fixed for its life: "+strings.Join(commitprotocol.Names(), ", ")+"")
 	hier.register(cmd)
 	cmd.Flags().Uint64Var(&pq, "tickets-partitioning-quantum", kvserver.DefaultPartitioningQuantum, "tickets encoding: timestamps per partition (PQ)")

@@ -30,6 +30,15 @@ const (
 	InitialRangesMax           = 20000
 	DefaultPartitioningQuantum = txnstatus.DefaultPartitioningQuantum
 	DefaultRowsPerQuantum      = txnstatus.DefaultRowsPerQuantum
+	// DefaultStatusEncoding is the status encoding of a cluster bootstrapped
+	// without one: tickets-mix, which spreads Canopy's start timestamps
+	// (wall ms << 18 + a per-ms counter, whose low bits are mostly small)
+	// evenly over the status ranges where the record's plain tickets does
+	// not (docs/BENCHMARKS.md, "Hot spots"). tickets and v1 stay
+	// selectable. Clusters bootstrapped before it keep the encoding their
+	// settings name (an empty one, from before encodings were recorded, is
+	// tickets: client.statusEncodingFor).
+	DefaultStatusEncoding = "tickets-mix"
 )
 
 // InitialLayout returns the ranges of a new cluster: the system ranges and
@@ -93,7 +102,7 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 	_, _ = rand.Read(id[:])
 	settings.ClusterId = hex.EncodeToString(id[:])
 	if settings.StatusEncoding == "" {
-		settings.StatusEncoding = "tickets"
+		settings.StatusEncoding = DefaultStatusEncoding
 	}
 	if settings.StatusEncoding != "tickets" && settings.StatusEncoding != "tickets-mix" && settings.StatusEncoding != "v1" {
 		return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "status encoding %q is not one of tickets, tickets-mix, v1", settings.StatusEncoding)

@@ -21,10 +21,14 @@ import (
 // encodingOf is the cluster's status-table encoding, as its settings say.
 func encodingOf(t *testing.T, s *rpcpb.ClusterSettings) txnstatus.Encoding {
 	t.Helper()
-	if s.GetStatusEncoding() == "v1" {
+	newEnc := txnstatus.NewTickets
+	switch s.GetStatusEncoding() {
+	case "v1":
 		return txnstatus.NewV1()
+	case "tickets-mix":
+		newEnc = txnstatus.NewTicketsMix
 	}
-	enc, err := txnstatus.NewTickets(s.GetTicketsPartitioningQuantum(), s.GetTicketsRowsPerQuantum())
+	enc, err := newEnc(s.GetTicketsPartitioningQuantum(), s.GetTicketsRowsPerQuantum())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,8 @@ type Options struct {
 	InitialRanges int
 	// ReplicationFactor (default 3, capped at Nodes).
 	ReplicationFactor int
-	// StatusEncoding is "tickets" (default), "tickets-mix" or "v1".
+	// StatusEncoding is "tickets-mix" (default: kvserver.DefaultStatusEncoding),
+	// "tickets" or "v1".
 	StatusEncoding string
 	// CommitProtocol is the cluster's commit protocol
 	// (internal/commitprotocol; "" = default).

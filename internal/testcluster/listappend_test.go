@@ -104,7 +104,7 @@ func runListAppendOn(t *testing.T, seed uint64, protocol string, commitWith bool
 }
 
 // runListAppendEncoding is runListAppendMode on a cluster bootstrapped with
-// the status encoding named ("" the default, tickets).
+// the status encoding named ("" the default, tickets-mix).
 func runListAppendEncoding(t *testing.T, seed uint64, encoding string, commitWith bool, opts ...client.TxnOption) []check.TxnRecord {
 	t.Helper()
 	return runListAppendWith(t, seed, listAppendConfig{encoding: encoding, commitWith: commitWith}, opts...)
@@ -116,7 +116,7 @@ func runListAppendEncoding(t *testing.T, seed uint64, encoding string, commitWit
 // reads by Get only (a hierarchy transaction that writes may not scan).
 type listAppendConfig struct {
 	protocol string
-	// encoding, the cluster's status encoding ("" = default, tickets).
+	// encoding, the cluster's status encoding ("" = default, tickets-mix).
 	encoding   string
 	commitWith bool
 	hierarchy  *rpcpb.HierarchySettings
@@ -334,6 +334,18 @@ func TestSerializableListAppendV1(t *testing.T) {
 	ok, anomalies := check.CheckListAppend(txns)
 	if !ok {
 		t.Fatalf("serializable list-append history (v1 status encoding) has anomalies:\n%s", strings.Join(anomalies, "\n"))
+	}
+}
+
+// TestSerializableListAppendTickets is TestSerializableListAppend on a
+// cluster whose status table uses the record's plain tickets encoding
+// (TestSerializableListAppend uses tickets-mix, the default).
+func TestSerializableListAppendTickets(t *testing.T) {
+	seed := testSeed(t)
+	txns := runListAppendEncoding(t, seed, "tickets", false)
+	ok, anomalies := check.CheckListAppend(txns)
+	if !ok {
+		t.Fatalf("serializable list-append history (tickets status encoding) has anomalies:\n%s", strings.Join(anomalies, "\n"))
 	}
 }
 

@@ -16,12 +16,24 @@ import (
 // against point lookups (DB.TxnStatus) of every transaction: a narrow
 // interval (tickets: exact row spans) returns exactly the transactions in
 // it, the whole timestamp space (tickets: the whole table, filtered)
-// returns them all; an open transaction has no record.
+// returns them all; an open transaction has no record. The cluster
+// bootstrapped without an encoding ("default") uses tickets-mix.
 func TestScanTxns(t *testing.T) {
-	for _, enc := range []string{"tickets", "v1"} {
-		t.Run(enc, func(t *testing.T) {
+	for _, enc := range []string{"", "tickets", "v1"} {
+		name := enc
+		if enc == "" {
+			name = "default"
+		}
+		t.Run(name, func(t *testing.T) {
 			c := startCluster(t, testcluster.Options{Nodes: 3, StatusEncoding: enc})
 			db := openDB(t, c)
+			want := enc
+			if enc == "" {
+				want = "tickets-mix"
+			}
+			if got := db.Settings().GetStatusEncoding(); got != want {
+				t.Fatalf("cluster bootstrapped with status encoding %q has %q, want %q", enc, got, want)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), setupDeadline)
 			defer cancel()
 			// 1PC and parallel commits off: every decision is a status

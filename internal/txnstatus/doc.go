@@ -21,7 +21,8 @@
 //   - NewTicketsMix: tickets with the row offset XORed with the low bits of
 //     the start timestamp's millisecond, because Canopy's timestamps are
 //     not a dense counter: their low bits are mostly small, and plain
-//     tickets then loads some status ranges far more than others.
+//     tickets then loads some status ranges far more than others. The
+//     default encoding of new clusters (kvserver.DefaultStatusEncoding).
 //
 // # STAGING (parallel commits)
 //
