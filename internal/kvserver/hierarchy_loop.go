@@ -50,6 +50,9 @@ type hierLoop struct {
 	acc hierarchy.Ready
 	// overrides: decisions the status table holds otherwise than the core
 	// made them; overrideOrder bounds them (oldest dropped first).
+	// Invariant: overrideOrder holds each key of overrides once, and
+	// nothing else (so len(overrideOrder) == len(overrides) <=
+	// hierOverridesMax).
 	overrides     map[hierarchy.TxnID]hierarchy.Decision
 	overrideOrder []hierarchy.TxnID
 }
@@ -350,11 +353,20 @@ func (l *hierLoop) withoutUndecided(rd hierarchy.Ready) ([]hierarchy.Message, []
 			res = append(res, d)
 		}
 	}
-	for t, o := range l.overrides {
-		if o.TS == undecidedMark {
+	// Forget the undecided marks, in the order too: left there, each
+	// failed persist added entries that named no override, which took the
+	// bound's room and, once trimmed, deleted the override of a
+	// transaction marked again later.
+	kept := l.overrideOrder[:0]
+	for _, t := range l.overrideOrder {
+		if o, ok := l.overrides[t]; ok && o.TS == undecidedMark {
 			delete(l.overrides, t)
+			continue
 		}
+		kept = append(kept, t)
 	}
+	clear(l.overrideOrder[len(kept):])
+	l.overrideOrder = kept
 	return msgs, res
 }
 
