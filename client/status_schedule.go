@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/tso"
@@ -50,6 +51,13 @@ type statusSchedule struct {
 	// extending is set while a background extension runs.
 	extending atomic.Bool
 }
+
+// StatusCutoverLead is how far above the oracle's current timestamp, at
+// the least, SetStatusEncoding places a new era's first start timestamp:
+// the node that writes the schedule version refuses a cutover that is not
+// above a timestamp it takes itself (txnstatus.CheckNext), and that
+// timestamp is later than the client's by the write's round trip.
+const StatusCutoverLead = 5 * time.Second
 
 // StatusBeginAttemptsMax bounds the start timestamps Begin draws when
 // they collide with another era's keys (txnstatus.Schedule.Collides).
@@ -275,8 +283,11 @@ func (db *DB) StatusEncodingSchedule(ctx context.Context) (StatusSchedule, error
 // transaction that starts above the schedule's current valid-through:
 // transactions started before keep their encoding, and lookups of their
 // timestamps use it. It returns the schedule written; the change takes
-// effect at its last era's From, within Options.StatusScheduleExtension of
-// now. Setting the encoding already in force is ErrInvalidArgument.
+// effect at its last era's From, within the larger of
+// Options.StatusScheduleExtension and StatusCutoverLead of now. Setting the encoding
+// already in force is ErrInvalidArgument, and so is a schedule the node
+// refuses (txnstatus.CheckNext; a cutover no longer in the future when
+// the write reached it: try again).
 func (db *DB) SetStatusEncoding(ctx context.Context, name string) (StatusSchedule, error) {
 	if !db.schedule.enabled {
 		return StatusSchedule{}, invalidArgf("this cluster was bootstrapped before the status encoding schedule existed (or the client was given Options.StatusEncoding): its status encoding cannot change")
@@ -297,20 +308,23 @@ func (db *DB) SetStatusEncoding(ctx context.Context, name string) (StatusSchedul
 	default:
 		return StatusSchedule{}, invalidArgf("status encoding %q: want v1, tickets or tickets-mix", name)
 	}
-	now, err := db.Timestamp(ctx)
-	if err != nil {
-		return StatusSchedule{}, err
-	}
 	db.schedule.mu.Lock()
 	defer db.schedule.mu.Unlock()
-	err = db.writeSchedule(ctx, func(s txnstatus.Schedule) (txnstatus.Schedule, bool, error) {
+	lead := uint64(StatusCutoverLead.Milliseconds()) << tso.DefaultLogicalBits
+	err := db.writeSchedule(ctx, func(s txnstatus.Schedule) (txnstatus.Schedule, bool, error) {
 		if txnstatus.SameEncoding(s.Last(), enc) {
 			return s, false, invalidArgf("the status encoding is already %s (from start timestamp %d)", name, s.Eras[len(s.Eras)-1].From)
 		}
 		// Timestamps up to now may be begun with the old encoding by
 		// clients that extend the schedule before this change lands:
-		// the new era starts above both.
-		next, err := s.Switch(enc, max(s.ValidThrough, now, s.Eras[len(s.Eras)-1].From)+1)
+		// the new era starts above both, and StatusCutoverLead above
+		// now, because the node that writes it refuses a cutover at or
+		// below a timestamp it takes after this one.
+		now, err := db.Timestamp(ctx)
+		if err != nil {
+			return s, false, err
+		}
+		next, err := s.Switch(enc, max(s.ValidThrough, now+lead, s.Eras[len(s.Eras)-1].From)+1)
 		if err != nil {
 			return s, false, invalidArgf("%v", err)
 		}

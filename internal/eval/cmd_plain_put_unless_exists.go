@@ -27,6 +27,10 @@ func init() {
 	register(rpcpb.MethodPlainPutUnlessExists, &Command{
 		Declare: func(ru *rpcpb.RequestUnion, _ *rpcpb.RangeDescriptor, add func(concurrency.LatchSpan)) {
 			k := ru.GetPlainPutUnlessExists().GetKey()
+			if IsStatusScheduleKey(k) {
+				declareStatusSchedule(add) // status_schedule.go
+				return
+			}
 			add(pointSpan(k, concurrency.Write))
 			if sk, ok := StagingStatusKey(k); ok {
 				add(pointSpan(sk, concurrency.Read))
@@ -57,6 +61,9 @@ func evalPlainPutUnlessExists(c Context, rw storage.ReadWriter, ru *rpcpb.Reques
 	}
 	answer := func(ok bool, existing []byte) (*rpcpb.ResponseUnion, *rpcpb.Error) {
 		return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_PlainPutUnlessExists{PlainPutUnlessExists: &rpcpb.PlainPutUnlessExistsResponse{Succeeded: ok, Existing: existing}}}, nil
+	}
+	if IsStatusScheduleKey(p.Key) {
+		return evalStatusSchedulePut(c, rw, p) // status_schedule.go
 	}
 	if sk, ok := StagingStatusKey(p.Key); ok {
 		existing, found, err := mvcc.GetPlain(rw, p.Key)

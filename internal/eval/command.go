@@ -24,6 +24,11 @@ type Context struct {
 	// taken by the leaseholder from the oracle after latching their keys;
 	// 0 if the batch has none.
 	WriteTs uint64
+	// ScheduleTs, for a batch that puts a status encoding schedule version
+	// (HasStatusScheduleWrite), is a timestamp the leaseholder took from
+	// the oracle after latching: an era the version adds must begin above
+	// it (txnstatus.CheckNext). 0 otherwise.
+	ScheduleTs uint64
 }
 
 // Lock is a key where a transaction holds an intent.

@@ -145,6 +145,11 @@ func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
 		if len(key) == 0 {
 			return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "empty key")
 		}
+		if eval.WritesStatusScheduleKey(ru) {
+			// Versions are immutable: only the next one is added, by
+			// put-unless-exists (eval/status_schedule.go).
+			return pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "%s on status encoding schedule key %x: the schedule is written only by PlainPutUnlessExists of its next version; existing versions may not be altered or removed", ru.Method(), key)
+		}
 		switch ru.Value.(type) {
 		case *rpcpb.RequestUnion_PlainGet, *rpcpb.RequestUnion_PlainPut, *rpcpb.RequestUnion_PlainPutUnlessExists:
 			// A user key's plain slot holds its key record (1PC records,
@@ -286,7 +291,17 @@ func (n *Node) writeLatched(ctx context.Context, rr *rangeReplica, req *rpcpb.Ba
 	if e := checkAboveClosed(rr, writeTs); e != nil {
 		return fail(e)
 	}
-	resp, fx, data, err := evaluateWrite(n.eng, rr.sm.Desc(), term, writeTs, gcThreshold, req)
+	ec := eval.Context{Desc: rr.sm.Desc(), WriteTs: writeTs, GCThreshold: gcThreshold}
+	if eval.HasStatusScheduleWrite(req) {
+		// After latching the schedule: a version's new eras must begin
+		// above it (eval/status_schedule.go).
+		ts, e := n.timestamp(ctx)
+		if e != nil {
+			return fail(e)
+		}
+		ec.ScheduleTs = ts
+	}
+	resp, fx, data, err := evaluateWrite(n.eng, term, ec, req)
 	if err != nil {
 		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
 	}
@@ -335,20 +350,20 @@ func (n *Node) writeLatched(ctx context.Context, rr *rangeReplica, req *rpcpb.Ba
 }
 
 // evaluateWrite evaluates a batch of writes on an indexed batch over eng,
-// the leaseholder's state under desc in Raft term term, and returns the
+// the leaseholder's state under c.Desc in Raft term term, and returns the
 // response, the lock effects and the Raft command that carries the
 // evaluation's effect to every replica: the engine batch's bytes, tagged
 // with the term and the range generation, which apply checks
 // (rangeSM.Apply). cmd is nil when the evaluation failed (resp.Error) or
 // wrote nothing. The caller holds the batch's write latches.
-func evaluateWrite(eng *storage.Engine, desc *rpcpb.RangeDescriptor, term, writeTs, gcThreshold uint64, req *rpcpb.BatchRequest) (resp *rpcpb.BatchResponse, fx eval.Effects, cmd []byte, err error) {
+func evaluateWrite(eng *storage.Engine, term uint64, c eval.Context, req *rpcpb.BatchRequest) (resp *rpcpb.BatchResponse, fx eval.Effects, cmd []byte, err error) {
 	b := eng.NewBatch()
 	defer b.Close()
-	resp, fx = eval.EvalWrite(eval.Context{Desc: desc, WriteTs: writeTs, GCThreshold: gcThreshold}, b, req)
+	resp, fx = eval.EvalWrite(c, b, req)
 	if resp.Error != nil || b.Empty() {
 		return resp, fx, nil, nil
 	}
-	cmd, err = proto.Marshal(&rpcpb.RaftCommand{WriteBatch: b.Repr(), ProposerTerm: term, RangeGeneration: desc.GetGeneration()})
+	cmd, err = proto.Marshal(&rpcpb.RaftCommand{WriteBatch: b.Repr(), ProposerTerm: term, RangeGeneration: c.Desc.GetGeneration()})
 	return resp, fx, cmd, err
 }
 

@@ -911,7 +911,7 @@ func (e *steppedEnv) evaluate(rq *steppedRequest, rr *rangeReplica) {
 	case "put":
 		ts := e.nextTs
 		e.nextTs++
-		resp, _, data, err := evaluateWrite(n.eng, rr.sm.Desc(), rq.term, ts, 0, rq.req)
+		resp, _, data, err := evaluateWrite(n.eng, rq.term, eval.Context{Desc: rr.sm.Desc(), WriteTs: ts}, rq.req)
 		if err != nil {
 			e.t.Fatal(err)
 		}

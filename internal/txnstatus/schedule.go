@@ -190,10 +190,78 @@ func (s Schedule) check() error {
 	}
 	for i := 1; i < len(s.Eras); i++ {
 		if s.Eras[i].From <= s.Eras[i-1].From {
-			return fmt.Errorf("%w: schedule eras out of order at %d", ErrInvalidArgument, i)
+			return fmt.Errorf("%w: schedule cutovers not strictly increasing: era %d begins at %d, not above era %d's %d",
+				ErrInvalidArgument, i, s.Eras[i].From, i-1, s.Eras[i-1].From)
 		}
 	}
 	return nil
+}
+
+// CheckNext returns nil if next may be written as the version after prev,
+// and otherwise an error wrapping ErrInvalidArgument that names the
+// problem. now is a timestamp the writer's node took from the oracle
+// after it latched the schedule: a cutover at or below it may already
+// have start timestamps drawn under the old encoding. The rules, which
+// every version written by client/status_schedule.go keeps (Extend,
+// Switch):
+//
+//   - next is a well-formed schedule (check): 1 to ErasMax eras, the first
+//     from 0, cutovers strictly increasing;
+//   - no existing era is removed or altered: prev's eras are next's first
+//     eras, with the same From and the same encoding (SameEncoding);
+//   - ValidThrough never goes back;
+//   - each era next adds begins above prev.ValidThrough (the encoding of
+//     every start timestamp up to it is final) and above now, and
+//     changes the encoding of the era before it.
+func CheckNext(prev, next Schedule, now uint64) error {
+	if err := next.check(); err != nil {
+		return err
+	}
+	if len(next.Eras) < len(prev.Eras) {
+		return fmt.Errorf("%w: the new version has %d eras where the newest has %d: existing eras may not be removed",
+			ErrInvalidArgument, len(next.Eras), len(prev.Eras))
+	}
+	for i, e := range prev.Eras {
+		n := next.Eras[i]
+		if n.From != e.From || !SameEncoding(n.Encoding, e.Encoding) {
+			return fmt.Errorf("%w: era %d (%s from %d) of the newest version is altered to %s from %d: existing eras may not change",
+				ErrInvalidArgument, i, e.Encoding.Name(), e.From, n.Encoding.Name(), n.From)
+		}
+	}
+	if next.ValidThrough < prev.ValidThrough {
+		return fmt.Errorf("%w: valid-through %d is below the newest version's %d: it may not go back",
+			ErrInvalidArgument, next.ValidThrough, prev.ValidThrough)
+	}
+	for i := len(prev.Eras); i < len(next.Eras); i++ {
+		e := next.Eras[i]
+		switch {
+		case e.From <= prev.ValidThrough:
+			return fmt.Errorf("%w: cutover %d (era %d, %s) is not above the newest version's valid-through %d: start timestamps up to it keep their encoding",
+				ErrInvalidArgument, e.From, i, e.Encoding.Name(), prev.ValidThrough)
+		case e.From <= now:
+			return fmt.Errorf("%w: cutover %d (era %d, %s) is not in the future: the node's timestamp is %d",
+				ErrInvalidArgument, e.From, i, e.Encoding.Name(), now)
+		case SameEncoding(e.Encoding, next.Eras[i-1].Encoding):
+			return fmt.Errorf("%w: era %d repeats the encoding of the era before it (%s)", ErrInvalidArgument, i, e.Encoding.Name())
+		}
+	}
+	return nil
+}
+
+// Named returns the encoding called name ("v1", "tickets" or
+// "tickets-mix"; the tickets encodings with partitioning quantum pq and
+// rows per quantum np, 0 for the defaults). An unknown name or bad
+// parameters are ErrInvalidArgument.
+func Named(name string, pq, np uint64) (Encoding, error) {
+	switch name {
+	case "v1":
+		return NewV1(), nil
+	case "tickets":
+		return NewTickets(pq, np)
+	case "tickets-mix":
+		return NewTicketsMix(pq, np)
+	}
+	return nil, fmt.Errorf("%w: status encoding %q: want v1, tickets or tickets-mix", ErrInvalidArgument, name)
 }
 
 // DecodeSchedule inverts EncodeSchedule; bytes it cannot have written are

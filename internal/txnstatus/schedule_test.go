@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"testing/quick"
 )
@@ -311,5 +312,68 @@ func TestTicketsMix(t *testing.T) {
 	back, err := DecodeSchedule(b)
 	if err != nil || back.For(11).Name() != "tickets-mix" || !SameEncoding(back.For(11), mix) || SameEncoding(back.For(0), mix) {
 		t.Fatalf("schedule round trip: %+v, %v", back, err)
+	}
+}
+
+// TestCheckNext: the versions Extend and Switch make may follow the
+// schedule they came from, and each way of breaking a rule is refused
+// with ErrInvalidArgument and a message naming it.
+func TestCheckNext(t *testing.T) {
+	tk := mustTickets(t, 0, 0)
+	mix, err := NewTicketsMix(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev, err := NewSchedule(NewV1(), 100).Switch(tk, 150) // v1 from 0, tickets from 150, valid through 100
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev = prev.Extend(200)
+	const now = 250
+	switched, err := prev.Switch(mix, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ok := range []Schedule{prev, prev.Extend(1000), switched, switched.Extend(400)} {
+		if err := CheckNext(prev, ok, now); err != nil {
+			t.Errorf("CheckNext(%+v) = %v, want nil", ok, err)
+		}
+	}
+	eras := func(es ...Era) []Era { return es }
+	for _, tc := range []struct {
+		name string
+		next Schedule
+		want string
+	}{
+		{"era removed", Schedule{Eras: eras(Era{0, NewV1()}), ValidThrough: 300}, "may not be removed"},
+		{"era altered: encoding", Schedule{Eras: eras(Era{0, NewV1()}, Era{150, mix}), ValidThrough: 300}, "may not change"},
+		{"era altered: cutover", Schedule{Eras: eras(Era{0, NewV1()}, Era{160, tk}), ValidThrough: 300}, "may not change"},
+		{"first era altered", Schedule{Eras: eras(Era{0, tk}, Era{150, mix}), ValidThrough: 300}, "may not change"},
+		{"valid-through back", prev.clone().withValidThrough(199), "may not go back"},
+		{"cutover at valid-through", Schedule{Eras: eras(Era{0, NewV1()}, Era{150, tk}, Era{200, NewV1()}), ValidThrough: 200}, "not above the newest version's valid-through"},
+		{"cutover not in the future", Schedule{Eras: eras(Era{0, NewV1()}, Era{150, tk}, Era{now, NewV1()}), ValidThrough: 200}, "not in the future"},
+		{"cutovers not increasing", Schedule{Eras: eras(Era{0, NewV1()}, Era{150, tk}, Era{400, NewV1()}, Era{400, mix}), ValidThrough: 200}, "not strictly increasing"},
+		{"same encoding twice", Schedule{Eras: eras(Era{0, NewV1()}, Era{150, tk}, Era{400, tk}), ValidThrough: 200}, "repeats the encoding"},
+		{"no era", Schedule{ValidThrough: 300}, "1 to ErasMax"},
+	} {
+		err := CheckNext(prev, tc.next, now)
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: CheckNext = %v, want ErrInvalidArgument naming %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func (s Schedule) withValidThrough(v uint64) Schedule { s.ValidThrough = v; return s }
+
+// TestNamed: the three encodings by name; anything else is refused.
+func TestNamed(t *testing.T) {
+	for _, name := range []string{"v1", "tickets", "tickets-mix"} {
+		enc, err := Named(name, 0, 0)
+		if err != nil || enc.Name() != name {
+			t.Errorf("Named(%q) = %v, %v", name, enc, err)
+		}
+	}
+	if _, err := Named("v2", 0, 0); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Named(v2) = %v, want ErrInvalidArgument", err)
 	}
 }
