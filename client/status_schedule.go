@@ -20,7 +20,11 @@ import (
 // versions under keys.StatusSchedulePrefix, newest first; version v+1 is
 // written by put-unless-exists, so two writers of the next version cannot
 // both win (a compare-and-swap on the version). No record means version 0:
-// the cluster's bootstrap encoding from 0 on, valid through 0.
+// the cluster's bootstrap encoding from 0 on, valid through 0. The node
+// that writes a version checks it (eval/status_schedule.go: only the
+// newest + 1, following txnstatus.CheckNext) and deletes old versions,
+// keeping the newest eval.StatusScheduleVersionsKept; a put of a version
+// at or below the newest, stored or pruned, is answered as a lost race.
 //
 // Every client keeps the newest version it read. Before it begins a
 // transaction at s, the schedule must be valid through s: if the version

@@ -17,7 +17,7 @@ import (
 // txnstatus.Schedule, written by client/status_schedule.go).
 //
 // The only request that may write a schedule key is PlainPutUnlessExists
-// of the next version (IsStatusScheduleWrite; the server refuses every
+// of the next version (WritesStatusScheduleKey: the server refuses every
 // other write of the prefix before evaluation). Under a write latch on the
 // whole prefix, evaluation reads the newest version and:
 //
@@ -31,10 +31,31 @@ import (
 //     newest's valid-through and above Context.ScheduleTs, no era removed
 //     or altered, valid-through never back) is INVALID_ARGUMENT, naming
 //     the problem;
-//   - a valid put writes the version.
+//   - a valid put writes the version and deletes the versions that are
+//     StatusScheduleVersionsKept or more below it (at most
+//     StatusSchedulePruneMax a write); they would otherwise pile up at
+//     one a client extension (about one per 2.5 minutes with the
+//     defaults), forever. No reader or writer can need a pruned version:
+//     every version holds the whole schedule (all eras and the
+//     valid-through), so the newest answers all an older one could;
+//     readers (client.readSchedule) read only the newest; and a writer
+//     whose newest is stale puts a version at or below the stored newest,
+//     which is answered as a lost race whether that version is stored or
+//     pruned, so no stale writer can write a pruned version again and
+//     fork the schedule. The newest version is never pruned.
 //
 // Version 0 is implicit (no record): the cluster's bootstrap encoding from
 // 0, valid through 0, read from the cluster settings in the same range.
+
+// StatusScheduleVersionsKept is how many of the newest schedule versions
+// stay stored; older ones are deleted by the write of a new version. Only
+// the newest is ever read; the others are kept for inspection.
+const StatusScheduleVersionsKept = 8
+
+// StatusSchedulePruneMax bounds the versions one schedule write deletes
+// (a cluster that ran before pruning existed sheds its backlog this many
+// at a time).
+const StatusSchedulePruneMax = 64
 
 // IsStatusScheduleKey reports whether key is under keys.StatusSchedulePrefix.
 func IsStatusScheduleKey(key []byte) bool { return bytes.HasPrefix(key, keys.StatusSchedulePrefix) }
@@ -133,6 +154,18 @@ func evalStatusSchedulePut(c Context, rw storage.ReadWriter, p *rpcpb.PlainPutUn
 	}
 	if err := mvcc.PutPlain(rw, p.Key, p.Value); err != nil {
 		return nil, Error(err)
+	}
+	if version > StatusScheduleVersionsKept {
+		// Versions sort newest first: those from version-Kept down.
+		old, _, err := mvcc.ScanPlain(rw, keys.StatusScheduleKey(version-StatusScheduleVersionsKept), statusScheduleEnd, StatusSchedulePruneMax)
+		if err != nil {
+			return nil, Error(err)
+		}
+		for _, kv := range old {
+			if err := mvcc.DeletePlain(rw, kv.Key); err != nil {
+				return nil, Error(err)
+			}
+		}
 	}
 	return answer(true, nil)
 }

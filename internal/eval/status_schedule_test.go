@@ -200,3 +200,65 @@ func TestStatusScheduleWritesFixedCluster(t *testing.T) {
 		t.Fatalf("a schedule write on a fixed-encoding cluster: %v", e)
 	}
 }
+
+// TestStatusScheduleVersionsPruned: each version written deletes those
+// StatusScheduleVersionsKept or more below it, so the stored versions stay
+// bounded however many extensions run; a writer that still holds a pruned
+// version loses the race (the newest value comes back) instead of writing
+// it again; and a backlog from before pruning shrinks by at most
+// StatusSchedulePruneMax a write.
+func TestStatusScheduleVersionsPruned(t *testing.T) {
+	f := newScheduleFixture(t, &rpcpb.ClusterSettings{StatusEncoding: "tickets-mix", StatusEncodingSchedule: true})
+	mix, err := txnstatus.NewTicketsMix(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := txnstatus.NewSchedule(mix, 0)
+	const n = 3 * StatusScheduleVersionsKept
+	for v := uint64(1); v <= n; v++ {
+		s = s.Extend(v * 100)
+		resp, e := f.put(putScheduleReq(v, scheduleBytes(t, s)), 0)
+		if e != nil || !resp.GetPlainPutUnlessExists().GetSucceeded() {
+			t.Fatalf("version %d: %v, %v", v, resp, e)
+		}
+		got := f.versions()
+		if want := min(int(v), StatusScheduleVersionsKept); len(got) != want || got[0] != v || got[len(got)-1] != v-uint64(want)+1 {
+			t.Fatalf("after version %d: stored %v, want the %d newest", v, got, want)
+		}
+	}
+	// A stale writer of a pruned version.
+	resp, e := f.put(putScheduleReq(2, scheduleBytes(t, txnstatus.NewSchedule(mix, 0).Extend(5000))), 0)
+	if e != nil || resp.GetPlainPutUnlessExists().GetSucceeded() || string(resp.GetPlainPutUnlessExists().GetExisting()) != string(scheduleBytes(t, s)) {
+		t.Fatalf("a put of pruned version 2: %v, %v; want a lost race answered with the newest version", resp, e)
+	}
+	if got := f.versions(); len(got) != StatusScheduleVersionsKept || got[0] != n {
+		t.Fatalf("a lost race changed the versions: %v", got)
+	}
+
+	// A backlog: versions n+1 .. n+backlog stored directly, as before
+	// pruning existed.
+	const backlog = StatusSchedulePruneMax + 2*StatusScheduleVersionsKept
+	b := f.eng.NewBatch()
+	for v := uint64(n + 1); v <= n+backlog; v++ {
+		s = s.Extend(v * 100)
+		if err := mvcc.PutPlain(b, keys.StatusScheduleKey(v), scheduleBytes(t, s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Commit(false); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	stored := StatusScheduleVersionsKept + backlog
+	for v := uint64(n + backlog + 1); stored > StatusScheduleVersionsKept; v++ {
+		s = s.Extend(v * 100)
+		if _, e := f.put(putScheduleReq(v, scheduleBytes(t, s)), 0); e != nil {
+			t.Fatalf("version %d: %v", v, e)
+		}
+		want := max(StatusScheduleVersionsKept, stored+1-StatusSchedulePruneMax)
+		if got := f.versions(); len(got) != want || got[0] != v {
+			t.Fatalf("after version %d with %d stored: %d stored (newest %d), want %d", v, stored, len(got), got[0], want)
+		}
+		stored = want
+	}
+}

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/eval"
+	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/mvcc"
 	"github.com/canopy-db/canopy/internal/testcluster"
 )
 
@@ -126,4 +129,18 @@ func testBankStatusEncodingMigration(t *testing.T, protocol string) {
 	}
 	_ = admin.Close()
 	checkReplicas(t, c)
+	// The versions the extensions and changes wrote are pruned down to
+	// the newest eval.StatusScheduleVersionsKept on every replica of
+	// range 1 (each Raft command that writes one deletes the old ones);
+	// the replicas are equal now (checkReplicas).
+	for i := range 3 {
+		kvs, _, err := mvcc.ScanPlain(c.Node(i).Engine(), keys.StatusSchedulePrefix, keys.HeartbeatPrefix, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(kvs) > eval.StatusScheduleVersionsKept || (s.Version >= eval.StatusScheduleVersionsKept && len(kvs) != eval.StatusScheduleVersionsKept) {
+			t.Errorf("node %d holds %d schedule versions (version %d read), want %d at most and exactly that once as many were written",
+				i, len(kvs), s.Version, eval.StatusScheduleVersionsKept)
+		}
+	}
 }
