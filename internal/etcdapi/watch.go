@@ -259,8 +259,21 @@ func (ss *watchSession) run(ctx context.Context, wt *watch, r *pb.WatchCreateReq
 			events, lastSent = nil, time.Now()
 			return err
 		}
+		var prevs []*client.KeyValue
+		if r.PrevKv {
+			var err error
+			if prevs, err = ss.prevKVs(ctx, ready); err != nil {
+				cw.Close()
+				cancelWith(toStatus(err).Error(), 0)
+				return
+			}
+		}
 		for i, c := range ready {
-			e, err := ss.event(ctx, c, r.PrevKv)
+			var prev *client.KeyValue
+			if prevs != nil {
+				prev = prevs[i]
+			}
+			e, err := ss.event(c, prev)
 			if err != nil {
 				cw.Close()
 				cancelWith(toStatus(err).Error(), 0)
@@ -301,8 +314,72 @@ func (ss *watchSession) run(ctx context.Context, wt *watch, r *pb.WatchCreateReq
 	cancelWith(fmt.Sprintf("etcdapi: watch ended: %v", err), 0)
 }
 
-// event turns a change of the data keyspace into etcd's event.
-func (ss *watchSession) event(ctx context.Context, c client.WatchEvent, prevKV bool) (*mvccpb.Event, error) {
+// watchPrevReadsParallel bounds the reads of previous values (prev_kv)
+// one watch has in flight at once.
+const watchPrevReadsParallel = 16
+
+// prevKVs finds, for each change of ready (sorted by commit timestamp),
+// the key's previous value (prev_kv): nil if the key had none or was
+// deleted. A key changed earlier in ready takes that change: the watch
+// delivers every change of its span, so the nearest earlier change of a
+// key in ready is its previous version. The others are read at their
+// change's timestamp minus one, up to watchPrevReadsParallel at once.
+func (ss *watchSession) prevKVs(ctx context.Context, ready []client.WatchEvent) ([]*client.KeyValue, error) {
+	prevs := make([]*client.KeyValue, len(ready))
+	last := make(map[string]int, len(ready))
+	var reads []int
+	for i, c := range ready {
+		if j, ok := last[string(c.Key)]; ok {
+			if p := ready[j]; !p.Deleted {
+				prevs[i] = &client.KeyValue{Key: p.Key, Value: p.Value, Ts: p.Ts}
+			}
+		} else {
+			reads = append(reads, i)
+		}
+		last[string(c.Key)] = i
+	}
+	if len(reads) == 0 {
+		return prevs, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	sem := make(chan struct{}, watchPrevReadsParallel)
+	for _, i := range reads {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			c := ready[i]
+			kvs, err := ss.db.ScanAt(ctx, c.Key, append(bytes.Clone(c.Key), 0), c.Ts-1, 1)
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+					cancel()
+				}
+				mu.Unlock()
+				return
+			}
+			if len(kvs) == 1 {
+				prevs[i] = &kvs[0]
+			}
+		}(i)
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return prevs, nil
+}
+
+// event turns a change of the data keyspace into etcd's event, with prev
+// (if not nil) as its previous value (prev_kv).
+func (ss *watchSession) event(c client.WatchEvent, prev *client.KeyValue) (*mvccpb.Event, error) {
 	if !bytes.HasPrefix(c.Key, dataPrefix) {
 		return nil, errCorrupt
 	}
@@ -319,16 +396,11 @@ func (ss *watchSession) event(ctx context.Context, c client.WatchEvent, prevKV b
 		}
 		e.Kv = kv
 	}
-	if prevKV {
-		kvs, err := ss.db.ScanAt(ctx, c.Key, append(bytes.Clone(c.Key), 0), c.Ts-1, 1)
-		if err != nil {
+	if prev != nil {
+		x := &txnExec{pending: map[*mvccpb.KeyValue]struct{}{}}
+		var err error
+		if e.PrevKv, err = x.decode(*prev); err != nil {
 			return nil, err
-		}
-		if len(kvs) == 1 {
-			x := &txnExec{pending: map[*mvccpb.KeyValue]struct{}{}}
-			if e.PrevKv, err = x.decode(kvs[0]); err != nil {
-				return nil, err
-			}
 		}
 	}
 	return e, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -29,9 +30,10 @@ type op struct {
 // must all be there; a write whose request failed may or may not be).
 func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 	c, cli := startCluster(t, 3)
-	// Longer than testCtx: a watcher with prev_kv reads each previous
-	// value on its own, which on a loaded machine takes minutes for the
-	// thousands of writes below; the waits below are for progress.
+	// Longer than testCtx: a watcher with prev_kv reads the previous
+	// values its batch does not hold (watchSession.prevKVs), which on a
+	// loaded machine may take minutes for the thousands of writes below;
+	// the waits below are for progress.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	first := must(cli.Put(ctx, "w/start", "0"))(t)
@@ -200,6 +202,35 @@ func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 	}
 	check("w1", s1, first.Header.Revision, true)
 	check("w2", s2, first.Header.Revision+1, false)
+	// w2's prev_kv is the key's previous change in w1's stream (which has
+	// every change from w2's start on): its value at that revision, or none
+	// after a delete.
+	s1.mu.Lock()
+	s2.mu.Lock()
+	defer s1.mu.Unlock()
+	defer s2.mu.Unlock()
+	byKey := map[string][]*clientv3.Event{}
+	for _, ev := range s1.events {
+		byKey[string(ev.Kv.Key)] = append(byKey[string(ev.Kv.Key)], ev)
+	}
+	checked := 0
+	for _, ev := range s2.events {
+		hist := byKey[string(ev.Kv.Key)]
+		i := sort.Search(len(hist), func(i int) bool { return hist[i].Kv.ModRevision >= ev.Kv.ModRevision })
+		if i == 0 {
+			continue // the previous change is older than w1's start
+		}
+		p := hist[i-1]
+		id := fmt.Sprintf("%s@%d", ev.Kv.Key, ev.Kv.ModRevision)
+		switch {
+		case p.Type == mvccpb.DELETE && ev.PrevKv != nil:
+			t.Errorf("w2: %s has prev kv %q@%d; the key was deleted at %d", id, ev.PrevKv.Value, ev.PrevKv.ModRevision, p.Kv.ModRevision)
+		case p.Type == mvccpb.PUT && (ev.PrevKv == nil || ev.PrevKv.ModRevision != p.Kv.ModRevision || !bytes.Equal(ev.PrevKv.Value, p.Kv.Value)):
+			t.Errorf("w2: %s has prev kv %v, want %q@%d", id, ev.PrevKv, p.Kv.Value, p.Kv.ModRevision)
+		}
+		checked++
+	}
+	t.Logf("w2: %d prev kvs checked against w1's stream", checked)
 }
 
 // Progress notifications carry a revision at which everything before has
