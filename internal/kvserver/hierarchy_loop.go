@@ -170,50 +170,87 @@ func (l *hierLoop) run() {
 const hierRoundPartsMax = 64
 
 // round takes first and whatever else is queued (up to hierRoundPartsMax
-// parts), in order: messages and observes apply at once; parts go through
-// their checks and Propose holding their latches, and their intents are
-// written together at the end of the round (finishParts), so concurrent
-// parts share Raft's batched appends instead of one fsync each in turn.
-// A part whose keys overlap a part of this round waits for the next round
-// (l.carry): its latches would wait for latches this loop holds. Then the
-// round's Ready is carried out (by run) before any later input: the
-// contract's "before the next input touching the same keys" holds, since
-// parts of one round touch disjoint keys and each part's Ready was taken
-// right after its Propose.
+// parts), in order. Parts go through steps 1-3 of takePart (latches and
+// the storage check, no access to the core) in parallel, since the parts
+// of one round touch disjoint keys: this is where a leaf's validation
+// uses more than one core. Then, in arrival order, messages and observes
+// apply and each checked part is proposed (step 4, the core's check);
+// their intents are written together at the end of the round
+// (finishParts), so concurrent parts share Raft's batched appends instead
+// of one fsync each in turn. A part whose keys overlap a part of this
+// round waits for the next round (l.carry): its latches would wait for
+// latches this loop holds. Then the round's Ready is carried out (by run)
+// before any later input: the contract's "before the next input touching
+// the same keys" holds, since parts of one round touch disjoint keys and
+// each part's Ready was taken right after its Propose.
+//
+// Checking a part before the round's earlier inputs have been applied is
+// the same as checking it after them: those inputs are messages, observes
+// and parts on other keys, none of which writes the storage the check
+// reads (decisions resolve intents only in carryOut, after the round).
 func (l *hierLoop) round(first hierInput) {
-	var prepared []*preparedPart
+	var inputs []hierInput
 	latched := map[string]bool{}
-	take := func(in hierInput) bool {
-		if in.part == nil {
-			l.take(in)
-			return true
-		}
-		ks := keysOf(in.part.req)
-		for _, k := range ks {
-			if latched[string(k)] {
-				l.carry = &in
-				return false
+	parts := 0
+	add := func(in hierInput) bool {
+		if in.part != nil {
+			ks := keysOf(in.part.req)
+			for _, k := range ks {
+				if latched[string(k)] {
+					l.carry = &in
+					return false
+				}
 			}
-		}
-		if pp := l.preparePart(in.part); pp != nil {
-			prepared = append(prepared, pp)
 			for _, k := range ks {
 				latched[string(k)] = true
 			}
+			parts++
 		}
+		inputs = append(inputs, in)
 		return true
 	}
-	if take(first) {
+	if add(first) {
 	more:
-		for len(prepared) < hierRoundPartsMax {
+		for parts < hierRoundPartsMax {
 			select {
 			case in := <-l.in:
-				if !take(in) {
+				if !add(in) {
 					break more
 				}
 			default:
 				break more
 			}
+		}
+	}
+	checked := make([]*preparedPart, len(inputs))
+	if parts > 1 {
+		var wg sync.WaitGroup
+		for i, in := range inputs {
+			if in.part != nil {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					checked[i] = l.checkPart(in.part)
+				}()
+			}
+		}
+		wg.Wait()
+	} else {
+		for i, in := range inputs {
+			if in.part != nil {
+				checked[i] = l.checkPart(in.part)
+			}
+		}
+	}
+	var prepared []*preparedPart
+	for i, in := range inputs {
+		if in.part == nil {
+			l.take(in)
+			continue
+		}
+		if pp := checked[i]; pp != nil {
+			l.proposePart(pp)
+			prepared = append(prepared, pp)
 		}
 	}
 	if len(prepared) > 0 {

@@ -80,9 +80,12 @@ type preparedPart struct {
 	groups    map[uint64]*partRange
 	order     []uint64
 	writeKeys [][]byte
-	rd        hierarchy.Ready
-	passed    bool
-	perr      error
+	// conflict: the storage check found a version or an intent the leaf
+	// may not know of (Part.Conflict).
+	conflict bool
+	rd       hierarchy.Ready
+	passed   bool
+	perr     error
 }
 
 // keysOf lists a part's keys (reads and writes).
@@ -97,6 +100,18 @@ func keysOf(req *rpcpb.HierCommitRequest) [][]byte {
 // preparePart is steps 1-4 of takePart; nil if the part was refused (its
 // reply sent, nothing held).
 func (l *hierLoop) preparePart(in *hierPartIn) *preparedPart {
+	pp := l.checkPart(in)
+	if pp != nil {
+		l.proposePart(pp)
+	}
+	return pp
+}
+
+// checkPart is steps 1-3 of takePart: it touches neither the validator
+// core nor the loop's state, so the parts of one round (disjoint keys)
+// are checked in parallel (round). nil if the part was refused (its reply
+// sent, nothing held).
+func (l *hierLoop) checkPart(in *hierPartIn) *preparedPart {
 	n := l.rt.n
 	req := in.req
 	txn := hierarchy.TxnID(req.StartTs)
@@ -182,7 +197,15 @@ func (l *hierLoop) preparePart(in *hierPartIn) *preparedPart {
 			return nil
 		}
 	}
-	part := hierarchy.Part{Txn: txn, Client: hierarchy.ClientID(req.Nodes[0]), Snapshot: req.StartTs, Conflict: conflict}
+	pp.conflict = conflict
+	return pp
+}
+
+// proposePart is step 4 of takePart, on the loop's goroutine: the read
+// floor observed after the part's latches were taken, then Propose.
+func (l *hierLoop) proposePart(pp *preparedPart) {
+	n, req, txn := l.rt.n, pp.in.req, pp.txn
+	part := hierarchy.Part{Txn: txn, Client: hierarchy.ClientID(req.Nodes[0]), Snapshot: req.StartTs, Conflict: pp.conflict}
 	for _, nd := range req.Nodes {
 		part.Nodes = append(part.Nodes, hierarchy.NodeID(nd))
 	}
@@ -207,7 +230,6 @@ func (l *hierLoop) preparePart(in *hierPartIn) *preparedPart {
 		}
 	}
 	pp.passed = pp.passed && pp.perr == nil
-	return pp
 }
 
 // release releases the latches a prepared part still holds.
