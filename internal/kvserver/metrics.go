@@ -52,8 +52,9 @@ type metrics struct {
 	intentsResolved prometheus.Counter
 	// statusRequests: status-table requests served by this node as
 	// leaseholder, by op (write: put-unless-exists; lookup: get), the
-	// cluster's status encoding, and range (their spread over the status
-	// ranges).
+	// status encoding in effect for the record's start timestamp (by the
+	// schedule; "unknown" for a key no era's encoding reads), and range
+	// (their spread over the status ranges).
 	statusRequests *prometheus.CounterVec
 	// decisions: transaction decisions recorded by this node as
 	// leaseholder, by outcome (committed, aborted) and path (status_record:
@@ -94,7 +95,7 @@ func newMetrics(n *Node, reg *prometheus.Registry) (*metrics, error) {
 		intentsResolved: prometheus.NewCounter(prometheus.CounterOpts{Name: "canopy_intents_resolved_total",
 			Help: "Intents resolved (ResolveIntent requests applied) by this node as leaseholder."}),
 		statusRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "canopy_status_table_requests_total",
-			Help: "Transaction status table requests served by this node as leaseholder, by op (write: put-unless-exists of a record; lookup: a read), status encoding, and range."},
+			Help: "Transaction status table requests served by this node as leaseholder, by op (write: put-unless-exists of a record; lookup: a read), the status encoding in effect for the record's start timestamp (by the cluster's status encoding schedule), and range."},
 			[]string{"op", "encoding", "range"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "canopy_txn_decisions_total",
 			Help: "Transaction decisions recorded by this node as leaseholder, by outcome (committed, aborted) and path (status_record: the final status written to the status table; one_pc: a one-phase commit). Read-only transactions record none."},
@@ -170,7 +171,7 @@ func (n *Node) observeBatch(req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse, 
 	if resp.Error != nil {
 		return
 	}
-	var encoding, rangeLabel string
+	var rangeLabel string
 	for i, ru := range req.Requests {
 		meth := ru.Method()
 		m.requests.WithLabelValues(meth.String()).Inc()
@@ -188,13 +189,20 @@ func (n *Node) observeBatch(req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse, 
 		if op == "" || !bytes.HasPrefix(ru.Key(), keys.StatusPrefix) {
 			continue
 		}
-		if encoding == "" {
-			encoding = n.settings().GetStatusEncoding()
+		if rangeLabel == "" {
 			rangeLabel = strconv.FormatUint(req.RangeId, 10)
 		}
+		// The encoding in effect for the record's start timestamp, by the
+		// schedule (not the bootstrap encoding: the cluster may have
+		// moved since).
+		enc, ts, staging, ok := n.statusRecordEra(ru.Key()[len(keys.StatusPrefix):])
+		encoding := "unknown"
+		if ok {
+			encoding = enc.Name()
+		}
 		m.statusRequests.WithLabelValues(op, encoding, rangeLabel).Inc()
-		if op == "write" && i < len(resp.Responses) && resp.Responses[i].GetPlainPutUnlessExists().GetSucceeded() {
-			if outcome := n.decisionOf(ru.Key()[len(keys.StatusPrefix):], ru.GetPlainPutUnlessExists().GetValue()); outcome != "" {
+		if ok && op == "write" && i < len(resp.Responses) && resp.Responses[i].GetPlainPutUnlessExists().GetSucceeded() {
+			if outcome := decisionOf(enc, ts, staging, ru.GetPlainPutUnlessExists().GetValue()); outcome != "" {
 				m.decisions.WithLabelValues(outcome, "status_record").Inc()
 			}
 		}
@@ -202,18 +210,14 @@ func (n *Node) observeBatch(req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse, 
 }
 
 // decisionOf returns the outcome ("committed" or "aborted") a status-table
-// record written at key (without keys.StatusPrefix) with value holds, or
-// "" for a STAGING record or bytes the cluster's encoding does not decode.
-func (n *Node) decisionOf(key, value []byte) string {
-	enc := n.statusEncoding()
-	if enc == nil {
-		return ""
-	}
-	startTs, err := enc.StartTs(key)
-	if err != nil {
+// record written at key (without keys.StatusPrefix) with value holds, read
+// with enc, the encoding in effect for the record (statusRecordEra), or ""
+// for a STAGING record or bytes enc does not decode.
+func decisionOf(enc txnstatus.Encoding, ts uint64, staging bool, value []byte) string {
+	if staging {
 		return "" // a staging key (parallel commits): not a decision
 	}
-	_, aborted, err := enc.DecodeValue(startTs, value)
+	_, aborted, err := enc.DecodeValue(ts, value)
 	switch {
 	case err != nil:
 		return ""
@@ -221,30 +225,6 @@ func (n *Node) decisionOf(key, value []byte) string {
 		return "aborted"
 	}
 	return "committed"
-}
-
-// statusEncoding returns the cluster's status-table encoding (nil before
-// the node knows the cluster's settings), made once.
-func (n *Node) statusEncoding() txnstatus.Encoding {
-	if e := n.statusEnc.Load(); e != nil {
-		return *e
-	}
-	s := n.settings()
-	if s == nil {
-		return nil
-	}
-	var enc txnstatus.Encoding
-	var err error
-	switch s.GetStatusEncoding() {
-	case "v1":
-		enc = txnstatus.NewV1()
-	default:
-		if enc, err = txnstatus.NewTickets(s.GetTicketsPartitioningQuantum(), s.GetTicketsRowsPerQuantum()); err != nil {
-			return nil
-		}
-	}
-	n.statusEnc.Store(&enc)
-	return enc
 }
 
 // rangeGauges computes the node's range gauges from its replicas when the

@@ -264,3 +264,100 @@ func TestRestartOnSameRegistry(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusMetricsFollowSchedule: after the cluster moves its status
+// table from the bootstrap encoding (v1) to tickets, the status-table
+// metrics read each record with the encoding in effect for its start
+// timestamp: canopy_status_table_requests_total labels the new era's
+// writes "tickets" and the old era's "v1", and
+// canopy_txn_decisions_total counts the decisions of both eras.
+func TestStatusMetricsFollowSchedule(t *testing.T) {
+	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir(), InitialRanges: 3, StatusEncoding: "v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A short extension, so that the change takes effect soon.
+	db, err := client.Open(ctx, c.Addrs(), client.WithOptions(client.Options{StatusScheduleExtension: 200 * time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	total := func(name string, labels ...string) float64 {
+		v := 0.0
+		for i := 0; i < 3; i++ {
+			v += metricSum(t, c.Node(i).Metrics(), name, labels...)
+		}
+		return v
+	}
+	// Every decision a status record: no 1PC, no STAGING records.
+	opts := []client.TxnOption{client.WithOnePC(false), client.WithParallelCommits(false)}
+	abort := errors.New("roll back")
+	run := func(era string, committed int) {
+		for i := 0; i < committed; i++ {
+			if err := db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+				if err := txn.Put(ctx, []byte(fmt.Sprintf("a-%s-%d", era, i)), []byte("v")); err != nil {
+					return err
+				}
+				return txn.Put(ctx, []byte(fmt.Sprintf("z-%s-%d", era, i)), []byte("v"))
+			}, opts...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+			if err := txn.Put(ctx, []byte("c-"+era), []byte("v")); err != nil {
+				return err
+			}
+			return abort
+		}, opts...); !errors.Is(err, abort) {
+			t.Fatalf("rolled-back transaction: %v", err)
+		}
+	}
+	waitDecisions := func(committed, aborted float64) {
+		t.Helper()
+		waitFor(t, "the decisions counted", func() error {
+			if got := total("canopy_txn_decisions_total", "outcome", "committed", "path", "status_record"); got != committed {
+				return fmt.Errorf("committed by status record: %v, want %v", got, committed)
+			}
+			if got := total("canopy_txn_decisions_total", "outcome", "aborted", "path", "status_record"); got != aborted {
+				return fmt.Errorf("aborted by status record: %v, want %v", got, aborted)
+			}
+			return nil
+		})
+	}
+	const before, after = 3, 4
+	run("v1", before)
+	waitDecisions(before, 1)
+	v1Writes := total("canopy_status_table_requests_total", "op", "write", "encoding", "v1")
+	if v1Writes < before+1 {
+		t.Fatalf("status writes labelled v1: %v, want at least %d", v1Writes, before+1)
+	}
+	s, err := db.SetStatusEncoding(ctx, "tickets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := s.Eras[len(s.Eras)-1].From
+	waitFor(t, "the oracle past the cutover", func() error {
+		now, err := db.Timestamp(ctx)
+		if err != nil {
+			return err
+		}
+		if now <= from {
+			return fmt.Errorf("oracle at %d, cutover %d", now, from)
+		}
+		return nil
+	})
+	run("tickets", after)
+	waitDecisions(before+after, 2)
+	if got := total("canopy_status_table_requests_total", "op", "write", "encoding", "tickets"); got < after+1 {
+		t.Errorf("status writes labelled tickets: %v, want at least %d", got, after+1)
+	}
+	if got := total("canopy_status_table_requests_total", "op", "write", "encoding", "v1"); got != v1Writes {
+		t.Errorf("status writes labelled v1: %v after the change, %v before; the new era's were labelled v1", got, v1Writes)
+	}
+	if got := total("canopy_status_table_requests_total", "encoding", "unknown"); got != 0 {
+		t.Errorf("status requests of unknown encoding: %v", got)
+	}
+}

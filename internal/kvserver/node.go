@@ -19,7 +19,6 @@ import (
 	"github.com/canopy-db/canopy/internal/security"
 	"github.com/canopy-db/canopy/internal/storage"
 	"github.com/canopy-db/canopy/internal/tso"
-	"github.com/canopy-db/canopy/internal/txnstatus"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
@@ -252,9 +251,10 @@ type Node struct {
 	faults faultHooks // faultinject.go
 	// started is when Start was called (NodeStatus's start time).
 	started time.Time
-	// statusEnc caches the cluster's status-table encoding (metrics.go).
-	statusEnc atomic.Pointer[txnstatus.Encoding]
-	cfg       Config
+	// schedule is the status encoding schedule as this node last read it,
+	// for its status-table metrics (status_schedule.go).
+	schedule nodeSchedule
+	cfg      Config
 	// etcd serves the etcd v3 API (etcd.go).
 	etcd *etcdapi.Server
 	eng  *storage.Engine

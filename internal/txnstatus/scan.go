@@ -227,6 +227,16 @@ func scanEra(s Schedule, era int, from, to uint64, read ReadSpanFunc, fn func(Re
 	return nil
 }
 
+// Owner returns the era whose encoding holds key (a status or staging key,
+// without keys.StatusPrefix), the start timestamp it encodes there and
+// whether it is a staging key: the first era whose encoding reads key as
+// the key of a timestamp of that era, the only one whose transaction can
+// have begun (Collides). The answer is final only for a timestamp up to
+// ValidThrough: a later version of the schedule may add an era above it.
+func (s Schedule) Owner(key []byte) (era int, ts uint64, staging bool, err error) {
+	return ownerOfKey(s, key)
+}
+
 // ownerOfKey returns the first era whose encoding reads key as a status or
 // staging key of a timestamp of that era. With one era, that is the
 // encoding's reading of the key, whatever the timestamp.
