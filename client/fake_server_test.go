@@ -101,6 +101,8 @@ type fakeNode struct {
 	srv  *grpc.Server
 	// frozen: while set, the node answers nothing (freezeNode).
 	frozen atomic.Pointer[chan struct{}]
+	// frozenWaits counts the requests that found the node frozen.
+	frozenWaits atomic.Int64
 }
 
 // fakeNow is the wall-clock time of every test client: heartbeat records
@@ -277,6 +279,7 @@ func (c *fakeCluster) freezeNode(id uint64) (thaw func()) {
 // waitFrozen blocks while node n is frozen, until ctx ends.
 func (n *fakeNode) waitFrozen(ctx context.Context) error {
 	if ch := n.frozen.Load(); ch != nil {
+		n.frozenWaits.Add(1)
 		select {
 		case <-*ch:
 		case <-ctx.Done():

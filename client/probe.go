@@ -34,7 +34,11 @@ import (
 // timeouts; following that hint made each request of a transaction wait
 // for its own probe). The DB probes a suspect every SuspectProbeInterval
 // and clears it at the first answer, so a resumed node is used again at
-// once.
+// once. An attempt already waiting on a node when another request finds it
+// silent is ended then too, as its own probe would end it a little later:
+// so every request gives up on a stopped node at the first detection, not
+// each ProbeAfter + ProbeTimeout after its own start (the pauses' "fault
+// to first success" in docs/RELIABILITY.md).
 //
 // Rejected: a per-attempt deadline of about an election timeout. It would
 // give up on slow but live leaseholders too, turning slow writes into
@@ -47,10 +51,16 @@ var errNodeSilent = errors.New("the node did not answer a health probe")
 // ProbeAfter, and every ProbeAfter after, it probes addr; a probe with no
 // answer within ProbeTimeout cancels the attempt (cancel) and sets silent.
 // The returned stop ends the watch; call it when the attempt returns.
-func (s *sender) probe(actx context.Context, cancel context.CancelFunc, addr string, silent *atomic.Bool) (stop func()) {
+//
+// The attempt is also ended, as silent, if node id (0: unknown) becomes a
+// suspect while it runs (another request's probe found it silent). An
+// attempt sent to a node that is already a suspect (every replica was
+// out of reach) is left to its own probe.
+func (s *sender) probe(actx context.Context, cancel context.CancelFunc, id uint64, addr string, silent *atomic.Bool) (stop func()) {
 	if s.opts.ProbeAfter <= 0 {
 		return func() {}
 	}
+	suspected := s.suspects.watch(id)
 	done := make(chan struct{})
 	go func() {
 		t := time.NewTimer(s.opts.ProbeAfter)
@@ -60,6 +70,10 @@ func (s *sender) probe(actx context.Context, cancel context.CancelFunc, addr str
 			case <-done:
 				return
 			case <-actx.Done():
+				return
+			case <-suspected:
+				silent.Store(true)
+				cancel()
 				return
 			case <-t.C:
 			}
@@ -89,6 +103,29 @@ const SuspectProbeInterval = 200 * time.Millisecond
 type suspectSet struct {
 	mu sync.Mutex
 	m  map[uint64]bool
+	// next[id] is closed when id next becomes a suspect (watch). Invariant:
+	// a channel in next is open.
+	next map[uint64]chan struct{}
+}
+
+// watch returns a channel closed when id next becomes a suspect (not
+// already one: an attempt sent to a suspect waits for its own probe); nil
+// (never closed) for id 0.
+func (ss *suspectSet) watch(id uint64) <-chan struct{} {
+	if id == 0 {
+		return nil
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.next == nil {
+		ss.next = map[uint64]chan struct{}{}
+	}
+	ch, ok := ss.next[id]
+	if !ok {
+		ch = make(chan struct{})
+		ss.next[id] = ch
+	}
+	return ch
 }
 
 func (ss *suspectSet) has(id uint64) bool {
@@ -108,6 +145,10 @@ func (ss *suspectSet) add(id uint64) bool {
 		return false
 	}
 	ss.m[id] = true
+	if ch, ok := ss.next[id]; ok {
+		close(ch)
+		delete(ss.next, id)
+	}
 	return true
 }
 

@@ -127,7 +127,7 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 			actx = metadata.AppendToOutgoingContext(actx, proxyHeader, "1")
 		}
 		var nodeSilent atomic.Bool
-		stopProbe := s.probe(actx, cancel, addr, &nodeSilent) // probe.go
+		stopProbe := s.probe(actx, cancel, nodeID, addr, &nodeSilent) // probe.go
 		pbErr, err := call(actx, kv, e.desc)
 		stopProbe()
 		cancel()

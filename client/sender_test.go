@@ -207,6 +207,49 @@ func TestRoutingGivesUpSilentNode(t *testing.T) {
 	}
 }
 
+// An attempt waiting on a node that another request then finds silent
+// (it becomes a suspect) ends at once, as silent, and the request goes to
+// the range's other replicas: it does not wait for its own probe (here
+// never: ProbeAfter is an hour) or its RPCTimeout.
+func TestSuspectEndsAttemptsInFlight(t *testing.T) {
+	c := newFakeCluster(t, 3)
+	db := c.open(func(o *Options) {
+		o.RPCTimeout = 10 * time.Minute
+		o.ProbeAfter, o.ProbeTimeout = time.Hour, 100*time.Millisecond
+	})
+	mustPut(t, db, "a", "1") // caches node 1 as leaseholder
+	thaw := c.freezeNode(1)
+	defer thaw()
+	c.setAllLeaseholders(2)
+	got := make(chan string, 1)
+	go func() {
+		v, _, err := db.Get(bg, []byte("a"))
+		if err != nil {
+			got <- "error: " + err.Error()
+			return
+		}
+		got <- string(v)
+	}()
+	// Wait until the attempt waits at node 1.
+	deadline := time.Now().Add(30 * time.Second)
+	for c.nodes[0].frozenWaits.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no attempt on node 1 after 30 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	addr, _ := db.nodes.address(1)
+	db.sender.suspect(1, addr) // as another request's probe would
+	select {
+	case v := <-got:
+		if v != "1" {
+			t.Fatalf("get = %q", v)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the attempt on node 1 still waits a minute after node 1 became a suspect")
+	}
+}
+
 // UNAVAILABLE is retried with backoff.
 func TestRoutingRetriesUnavailable(t *testing.T) {
 	c := newFakeCluster(t, 1)
