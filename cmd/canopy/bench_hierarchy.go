@@ -50,7 +50,16 @@ type benchHierarchyOptions struct {
 	validateOn bool
 	// batchTimeout: the hierarchy's batch timeout.
 	batchTimeout time.Duration
+	// batchSizes: the batch-size sweep (thesis figure 4.7), empty for none.
+	batchSizes []int
+	// shares: the fractions of distributed transactions of each point.
+	shares []float64
+	// rounds: repetitions of the whole sequence of points.
+	rounds int
 }
+
+// HierarchyRoundsMax bounds --rounds.
+const HierarchyRoundsMax = 10
 
 func init() {
 	var o benchHierarchyOptions
@@ -74,10 +83,26 @@ before its reply returns (the thesis's clients ran on their own machines);
 Raft messages between nodes are delayed by the same amount
 (kvserver.LinkFault), which matters only with --replication-factor above 1.
 
-Systems: ` + hierbench.Names() + `.
-The hierarchy's systems run with batches of 1, 10 or 50 votes and decisions
-per message (each waiting at most --batch-timeout); their messages and steps
-per transaction are counted by the validators.
+Systems: ` + hierbench.Names() + `,
+or a hierarchy protocol with any batch from /b1 to /b1000 (e.g.
+hierarchy-locking/b25). The hierarchy's systems run with batches of that
+many votes and decisions per message (each waiting at most --batch-timeout);
+their messages and steps per transaction are counted by the validators.
+--batch-sizes sweeps the batch (the thesis's figure 4.7, latency vs batch
+size at 100 clients): each hierarchy system of --systems, named with or
+without /bN, becomes one system per batch size; the plot is then against
+the batch size.
+
+--distributed-share mixes local and distributed transactions: each
+transaction is distributed (one object on each of the 8 nodes, as above)
+with that probability, else local (8 distinct objects of one node, which
+the hierarchy decides at that node's leaf). Several values run each
+system at each share in turn; the table then has a row per class of
+transaction, and the local transactions' latency at each share above 0 is
+compared with that at share 0 of the same system, clients and round (the
+issue's target: local p99 within 10% with 50% distributed transactions).
+--rounds repeats the whole sequence of points, to show the run-to-run
+variation.
 
 Prints a table per run with what the system counted per transaction (client
 RPCs; the commit protocol's messages and steps beside the thesis's
@@ -107,21 +132,33 @@ point is bounded by --warmup + --duration, the whole run by --run-max.`,
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the clients' key choices")
 	f.StringVar(&o.dir, "dir", "", "directory of the stores (default: a new temporary directory per system, removed at the end)")
 	f.StringVar(&o.out, "out", "docs/bench/hierarchy", "prefix of the CSV and PNG files (empty: write none)")
+	f.IntSliceVar(&o.batchSizes, "batch-sizes", nil, "hierarchy systems: batch sizes to sweep (e.g. 1,5,10,25,50,100; empty: each system's own)")
+	f.Float64SliceVar(&o.shares, "distributed-share", []float64{1}, "fractions of distributed transactions, in [0, 1], one point per value (the rest are local)")
+	f.IntVar(&o.rounds, "rounds", 1, fmt.Sprintf("repetitions of the whole sequence of points (at most %d)", HierarchyRoundsMax))
 	f.DurationVar(&o.batchTimeout, "batch-timeout", time.Millisecond, "hierarchy systems: how long a batch of votes or decisions that has not filled up waits")
 	benchCmd.AddCommand(cmd)
 }
 
 func (o *benchHierarchyOptions) validate() ([]hierbench.System, error) {
-	var systems []hierbench.System
-	for _, name := range o.systems {
-		s, ok := hierbench.SystemByName(name)
-		if !ok {
-			return nil, fmt.Errorf("--systems: unknown system %q (%s)", name, hierbench.Names())
-		}
+	systems, err := hierbench.ExpandSystems(o.systems, o.batchSizes)
+	if err != nil {
+		return nil, fmt.Errorf("--systems / --batch-sizes: %w", err)
+	}
+	for _, s := range systems {
 		if !s.Built {
-			return nil, fmt.Errorf("--systems: %s is not built yet", name)
+			return nil, fmt.Errorf("--systems: %s is not built yet", s.Name)
 		}
-		systems = append(systems, s)
+	}
+	if len(o.shares) == 0 || len(o.shares) > HierarchyClientPointsMax {
+		return nil, fmt.Errorf("--distributed-share takes 1 to %d values", HierarchyClientPointsMax)
+	}
+	for _, sh := range o.shares {
+		if err := (hierbench.Keyspace{Objects: o.objects}).ValidateShare(sh); err != nil {
+			return nil, fmt.Errorf("--distributed-share: %w", err)
+		}
+	}
+	if o.rounds < 1 || o.rounds > HierarchyRoundsMax {
+		return nil, fmt.Errorf("--rounds %d not in [1, %d]", o.rounds, HierarchyRoundsMax)
 	}
 	if len(systems) == 0 || len(o.clients) == 0 {
 		return nil, fmt.Errorf("--systems and --clients need at least one value")
@@ -195,37 +232,48 @@ func runBenchHierarchy(ctx context.Context, o benchHierarchyOptions, command str
 		runs = append(runs, r)
 	}
 	byPoint := make([][]hierbench.Point, len(runs))
-	for _, n := range o.clients {
-		for i, r := range runs {
-			r.delayer.SetOneWay(o.oneWay)
-			before := validatorCounts(r.cluster)
-			p, err := r.runner.Run(ctx, r.system.Name, n, o.limits)
-			r.delayer.SetOneWay(0)
-			if err != nil {
-				return fmt.Errorf("%s at %d clients: %w", r.system.Name, n, err)
-			}
-			if r.system.Batch > 0 {
-				// Counted by the validators themselves (warm-up
-				// included): messages (parts, votes, decisions, results,
-				// watermarks, raises) and steps per transaction decided.
-				d := validatorCounts(r.cluster)
-				if decided := d.Decided - before.Decided; decided > 0 {
-					p.ProtocolMessagesPerTxn = float64(d.Messages()-before.Messages()) / float64(decided)
-					p.ProtocolStepsPerTxn = (d.Steps - before.Steps) / float64(decided)
+	for round := 0; round < o.rounds; round++ {
+		for _, n := range o.clients {
+			for i, r := range runs {
+				for _, share := range o.shares {
+					ps, err := r.point(ctx, o, n, share)
+					if err != nil {
+						return fmt.Errorf("%s at %d clients, distributed share %v: %w", r.system.Name, n, share, err)
+					}
+					for _, p := range ps {
+						p.Round = round
+						fmt.Fprintf(os.Stderr, "%s, %d clients, share %.2f, %s: %.1f txn/s, mean %.1f ms, p99 %.1f ms\n",
+							r.system.Name, n, share, p.Class, p.Throughput(), hierbench.Ms(p.Mean), hierbench.Ms(p.P99))
+						byPoint[i] = append(byPoint[i], p)
+					}
 				}
 			}
-			fmt.Fprintf(os.Stderr, "%s, %d clients: %.1f txn/s, mean %.1f ms\n", r.system.Name, n, p.Throughput(), hierbench.Ms(p.Mean))
-			byPoint[i] = append(byPoint[i], p)
 		}
 	}
 	var points []hierbench.Point
 	for _, ps := range byPoint {
 		points = append(points, ps...)
 	}
-	fmt.Println("Throughput and latency vs clients (thesis figures 4.1/4.4 with validation off, 4.8/4.9 on; here validation is always on)")
+	axis := hierbench.AxisClients
+	switch {
+	case len(o.batchSizes) > 0:
+		axis = hierbench.AxisBatch
+		fmt.Println("Latency and throughput vs the hierarchy's batch size (thesis figure 4.7; validation always on)")
+	case len(o.shares) > 1 && len(o.clients) == 1:
+		axis = hierbench.AxisShare
+		fmt.Println("Local and distributed transactions vs the share of distributed ones (validation always on)")
+	default:
+		fmt.Println("Throughput and latency vs clients (thesis figures 4.1/4.4 with validation off, 4.8/4.9 on; here validation is always on)")
+	}
 	fmt.Println()
 	hierbench.WritePointTable(os.Stdout, points)
 	fmt.Printf("%s\n\n", hierbench.PointTableLegend)
+	if rs := hierbench.ShareRatios(points); len(rs) > 0 {
+		fmt.Println("Local transactions with distributed ones added, against the same system's local transactions at share 0 (same clients, same round):")
+		fmt.Println()
+		hierbench.WriteShareRatios(os.Stdout, rs, 0.10)
+		fmt.Println()
+	}
 	if end := bench.ThisMachine().LoadAverage; end != "" {
 		fmt.Printf("load average at end: %s (at start: %s; %d CPUs)\n", end, m.LoadAverage, m.CPUs)
 	}
@@ -236,11 +284,36 @@ func runBenchHierarchy(ctx context.Context, o benchHierarchyOptions, command str
 		return err
 	}
 	title := fmt.Sprintf("canopy bench hierarchy: 8 nodes, 8 updates per transaction, %.2f ms one-way delay per link", float64(o.oneWay)/float64(time.Millisecond))
-	if err := hierbench.WritePlot(o.out+".png", title, m.String(), points); err != nil {
+	if err := hierbench.WritePlot(o.out+".png", title, m.String(), points, axis); err != nil {
 		return err
 	}
 	fmt.Printf("wrote %s.csv and %s.png\n", o.out, o.out)
 	return nil
+}
+
+// point runs one point on r: n clients, a share of distributed
+// transactions, the injected delay on for its length only.
+func (r *hierarchyRun) point(ctx context.Context, o benchHierarchyOptions, n int, share float64) ([]hierbench.Point, error) {
+	r.delayer.SetOneWay(o.oneWay)
+	before := validatorCounts(r.cluster)
+	ps, err := r.runner.Run(ctx, r.system.Name, n, share, o.limits)
+	r.delayer.SetOneWay(0)
+	if err != nil {
+		return nil, err
+	}
+	if r.system.Batch > 0 {
+		// Counted by the validators themselves (warm-up included):
+		// messages (parts, votes, decisions, results, watermarks, raises)
+		// and steps per transaction decided, both classes together.
+		d := validatorCounts(r.cluster)
+		if decided := d.Decided - before.Decided; decided > 0 {
+			for i := range ps {
+				ps[i].ProtocolMessagesPerTxn = float64(d.Messages()-before.Messages()) / float64(decided)
+				ps[i].ProtocolStepsPerTxn = (d.Steps - before.Steps) / float64(decided)
+			}
+		}
+	}
+	return ps, nil
 }
 
 // hierarchyRun is one system's cluster, loaded, and its runner.
@@ -259,7 +332,7 @@ func startHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbe
 	if o.dir != "" {
 		dir = o.dir + "/" + strings.ReplaceAll(s.Name, "/", "-")
 	}
-	// The hierarchy's systems: s.Batch (1, 10, 50) is their batch size,
+	// The hierarchy's systems: s.Batch is their batch size,
 	// for votes up the tree and decisions to the nodes alike (the
 	// thesis's B), with --batch-timeout. 2pc-locking and default have no
 	// batch.

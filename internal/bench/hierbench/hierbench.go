@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +31,10 @@ const (
 	ObjectsMax = 800_000
 	// ClientsMax bounds the closed-loop clients of one point.
 	ClientsMax = 1000
+	// BatchMax bounds the batch size of a hierarchy system named
+	// "<protocol>/b<N>" (hierarchy.BatchSizeMaxMax allows more; the
+	// thesis's figure 4.7 goes to 100).
+	BatchMax = 1000
 )
 
 // System is one system under test.
@@ -61,14 +67,78 @@ func Systems() []System {
 	return out
 }
 
-// SystemByName returns the system called name.
+// SystemByName returns the system called name: one of Systems, or a
+// hierarchy protocol with any batch size in [1, BatchMax], e.g.
+// "hierarchy-locking/b25".
 func SystemByName(name string) (System, bool) {
 	for _, s := range Systems() {
 		if s.Name == name {
 			return s, true
 		}
 	}
-	return System{}, false
+	proto, b, ok := strings.Cut(name, "/b")
+	if !ok {
+		return System{}, false
+	}
+	p := client.Protocol(proto)
+	if p != client.ProtocolHierarchyLocking && p != client.ProtocolHierarchyTimestamps {
+		return System{}, false
+	}
+	n, err := strconv.Atoi(b)
+	if err != nil || n < 1 || n > BatchMax || strconv.Itoa(n) != b {
+		return System{}, false
+	}
+	return System{Name: name, Protocol: p, Batch: n, Built: true}, true
+}
+
+// ExpandSystems reads the names of --systems. Without batches, each is a
+// name SystemByName knows. With batches (a batch-size sweep, the thesis's
+// figure 4.7), each hierarchy system, named by its protocol alone
+// ("hierarchy-locking") or with a batch ("hierarchy-locking/b10", whose
+// batch is then ignored), becomes one system per batch size, in the order
+// of batches; the other systems are kept as they are. A system named twice
+// is an error.
+func ExpandSystems(names []string, batches []int) ([]System, error) {
+	for _, b := range batches {
+		if b < 1 || b > BatchMax {
+			return nil, fmt.Errorf("hierbench: batch size %d not in [1, %d]", b, BatchMax)
+		}
+	}
+	var out []System
+	seen := map[string]bool{}
+	add := func(s System) error {
+		if seen[s.Name] {
+			return fmt.Errorf("hierbench: system %s named twice", s.Name)
+		}
+		seen[s.Name] = true
+		out = append(out, s)
+		return nil
+	}
+	for _, name := range names {
+		proto, _, _ := strings.Cut(name, "/b")
+		p := client.Protocol(proto)
+		hier := p == client.ProtocolHierarchyLocking || p == client.ProtocolHierarchyTimestamps
+		if hier && len(batches) > 0 {
+			for _, b := range batches {
+				s, _ := SystemByName(fmt.Sprintf("%s/b%d", p, b))
+				if err := add(s); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		s, ok := SystemByName(name)
+		if !ok {
+			if hier && name == proto {
+				return nil, fmt.Errorf("hierbench: system %q needs a batch (%s/b10) or a batch-size sweep", name, name)
+			}
+			return nil, fmt.Errorf("hierbench: unknown system %q (%s, or a hierarchy protocol with /b1 to /b%d)", name, Names(), BatchMax)
+		}
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Keyspace is the objects: Objects in all, spread evenly over the Nodes
@@ -180,16 +250,26 @@ func (l Limits) Validate() error {
 	return nil
 }
 
-// Point is one system at one number of clients.
+// Point is one system at one number of clients, one class of its
+// transactions.
 type Point struct {
 	System  string
 	Clients int
+	// Share is the point's fraction of distributed transactions (1: the
+	// thesis's workload, all distributed); Class is the class these
+	// figures are of, ClassDistributed or ClassLocal.
+	Share float64
+	Class string
+	// Round numbers the repetitions of the run's sequence of points (0
+	// for the first).
+	Round int
 	// Txns committed in the measured window, Seconds its length.
 	Txns    int64
 	Seconds float64
 	// Mean and P99 latency of a committed transaction, retries included.
 	Mean, P99 time.Duration
-	// AbortedAttempts: attempts that aborted (retried), in the window.
+	// AbortedAttempts: attempts that aborted and were retried, of the
+	// transactions committed in the window.
 	AbortedAttempts int64
 	// Failed: transactions that gave up (error other than commit).
 	Failed int64
@@ -218,15 +298,60 @@ type Runner struct {
 	Seed    uint64
 }
 
-// Txn runs one transaction of the workload on db: for each node, in a
-// random order, read then write one uniformly chosen object there.
-func Txn(ctx context.Context, db *client.DB, k Keyspace, rng *rand.Rand) error {
-	nodes := rng.Perm(Nodes)[:UpdatesPerTxn]
-	objs := make([]int, len(nodes))
-	for i := range objs {
-		objs[i] = rng.IntN(k.PerNode())
+// Classes of transaction: a distributed one updates one object on each of
+// UpdatesPerTxn nodes (the thesis's workload), a local one updates
+// UpdatesPerTxn distinct objects of one node (decided by that node's leaf
+// alone under the hierarchy protocols).
+const (
+	ClassDistributed = "distributed"
+	ClassLocal       = "local"
+)
+
+// ValidateShare checks a distributed share: the fraction of transactions
+// that are distributed, in [0, 1]; below 1, local transactions need
+// UpdatesPerTxn distinct objects per node.
+func (k Keyspace) ValidateShare(share float64) error {
+	if !(share >= 0 && share <= 1) {
+		return fmt.Errorf("hierbench: distributed share %v not in [0, 1]", share)
 	}
-	return db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+	if share < 1 && k.PerNode() < UpdatesPerTxn {
+		return fmt.Errorf("hierbench: local transactions need %d objects per node, have %d", UpdatesPerTxn, k.PerNode())
+	}
+	return nil
+}
+
+// Txn runs one distributed transaction of the workload on db: for each
+// node, in a random order, read then write one uniformly chosen object
+// there.
+func Txn(ctx context.Context, db *client.DB, k Keyspace, rng *rand.Rand) error {
+	_, err := txnOf(ctx, db, k, rng, false)
+	return err
+}
+
+// txnOf runs one transaction, local or distributed, and returns how many
+// times its body ran (attempts: 1 plus the retries).
+func txnOf(ctx context.Context, db *client.DB, k Keyspace, rng *rand.Rand, local bool) (int, error) {
+	var nodes, objs []int
+	if local {
+		// UpdatesPerTxn distinct objects of one node.
+		n := rng.IntN(Nodes)
+		seen := map[int]bool{}
+		for len(objs) < UpdatesPerTxn {
+			if j := rng.IntN(k.PerNode()); !seen[j] {
+				seen[j] = true
+				nodes, objs = append(nodes, n), append(objs, j)
+			}
+		}
+	} else {
+		nodes = rng.Perm(Nodes)[:UpdatesPerTxn]
+		objs = make([]int, len(nodes))
+		for i := range objs {
+			objs[i] = rng.IntN(k.PerNode())
+		}
+	}
+	attempts := 0
+	err := db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+		attempts++
 		for i, n := range nodes {
 			key := k.Key(n, objs[i])
 			v, _, err := txn.Get(ctx, key)
@@ -242,20 +367,35 @@ func Txn(ctx context.Context, db *client.DB, k Keyspace, rng *rand.Rand) error {
 		}
 		return nil
 	})
+	return attempts, err
 }
 
-// Run measures system at clients closed-loop clients.
-func (r *Runner) Run(ctx context.Context, system string, clients int, l Limits) (Point, error) {
+// classStats is what one class of transaction recorded in a point.
+type classStats struct {
+	lats    []time.Duration
+	retries int64
+}
+
+// Run measures system at clients closed-loop clients, of whose
+// transactions a share (in [0, 1]; 1 is the thesis's workload) is
+// distributed and the rest local, each client drawing the class of each
+// transaction. It returns a point per class that ran: the distributed
+// class first. RPCsPerTxn, ProtocolMessagesPerTxn and
+// ProtocolStepsPerTxn are of the whole point (both classes) in each.
+func (r *Runner) Run(ctx context.Context, system string, clients int, share float64, l Limits) ([]Point, error) {
 	if clients < 1 || clients > ClientsMax {
-		return Point{}, fmt.Errorf("hierbench: %d clients: want [1, %d]", clients, ClientsMax)
+		return nil, fmt.Errorf("hierbench: %d clients: want [1, %d]", clients, ClientsMax)
 	}
 	if err := l.Validate(); err != nil {
-		return Point{}, err
+		return nil, err
+	}
+	if err := r.Keys.ValidateShare(share); err != nil {
+		return nil, err
 	}
 	var measuring atomic.Bool
 	var mu sync.Mutex
-	var lats []time.Duration
-	var failed atomic.Int64
+	var local, dist classStats
+	var failed [2]atomic.Int64 // [distributed, local]
 	var firstErr error
 	runCtx, cancel := context.WithTimeout(ctx, l.Warmup+l.Duration)
 	defer cancel()
@@ -267,13 +407,18 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, l Limits) 
 			db := r.DBs[c%len(r.DBs)]
 			rng := rand.New(rand.NewPCG(r.Seed, uint64(c)))
 			for runCtx.Err() == nil {
+				isLocal := share < 1 && (share == 0 || rng.Float64() >= share)
 				start := time.Now()
-				err := Txn(runCtx, db, r.Keys, rng)
+				attempts, err := txnOf(runCtx, db, r.Keys, rng, isLocal)
 				if runCtx.Err() != nil {
 					return // cut by the end of the point: not counted
 				}
+				cs, fi := &dist, 0
+				if isLocal {
+					cs, fi = &local, 1
+				}
 				if err != nil {
-					failed.Add(1)
+					failed[fi].Add(1)
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = err
@@ -284,7 +429,8 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, l Limits) 
 				if measuring.Load() {
 					d := time.Since(start)
 					mu.Lock()
-					lats = append(lats, d)
+					cs.lats = append(cs.lats, d)
+					cs.retries += int64(attempts - 1)
 					mu.Unlock()
 				}
 			}
@@ -302,40 +448,59 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, l Limits) 
 	secs := time.Since(t0).Seconds()
 	wg.Wait()
 	if ctx.Err() != nil {
-		return Point{}, ctx.Err()
+		return nil, ctx.Err()
 	}
-	p := Point{System: system, Clients: clients, Txns: int64(len(lats)), Seconds: secs, Failed: failed.Load(),
-		AbortedAttempts: after.aborts - before.aborts, OneWayMs: float64(r.Delayer.oneWayNs.Load()) / 1e6}
-	if len(lats) == 0 {
+	if len(local.lats)+len(dist.lats) == 0 {
 		if firstErr != nil {
-			return p, fmt.Errorf("hierbench: %s at %d clients: no transaction committed; first error: %w", system, clients, firstErr)
+			return nil, fmt.Errorf("hierbench: %s at %d clients: no transaction committed; first error: %w", system, clients, firstErr)
 		}
-		return p, errors.New("hierbench: no transaction committed in the window")
+		return nil, errors.New("hierbench: no transaction committed in the window")
+	}
+	var rpcs, msgs, steps float64
+	if commits := float64(after.commits - before.commits); commits > 0 {
+		rpcs = float64(after.rpcs-before.rpcs) / commits
+		msgs = float64(after.msgs-before.msgs) / commits
+		steps = float64(after.steps-before.steps) / commits
+	}
+	var out []Point
+	for i, c := range []struct {
+		class string
+		cs    *classStats
+		runs  bool
+	}{{ClassDistributed, &dist, share > 0}, {ClassLocal, &local, share < 1}} {
+		if !c.runs {
+			continue
+		}
+		p := Point{System: system, Clients: clients, Share: share, Class: c.class, Txns: int64(len(c.cs.lats)), Seconds: secs,
+			Failed: failed[i].Load(), AbortedAttempts: c.cs.retries, OneWayMs: float64(r.Delayer.oneWayNs.Load()) / 1e6,
+			RPCsPerTxn: rpcs, ProtocolMessagesPerTxn: msgs, ProtocolStepsPerTxn: steps}
+		p.Mean, p.P99 = meanP99(c.cs.lats)
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// meanP99 is the mean and the 99th percentile of lats (sorted in place);
+// zero for none.
+func meanP99(lats []time.Duration) (mean, p99 time.Duration) {
+	if len(lats) == 0 {
+		return 0, 0
 	}
 	slices.Sort(lats)
 	var sum time.Duration
 	for _, d := range lats {
 		sum += d
 	}
-	p.Mean = sum / time.Duration(len(lats))
-	p.P99 = lats[(len(lats)*99)/100]
-	commits := float64(after.commits - before.commits)
-	if commits > 0 {
-		p.RPCsPerTxn = float64(after.rpcs-before.rpcs) / commits
-		p.ProtocolMessagesPerTxn = float64(after.msgs-before.msgs) / commits
-		p.ProtocolStepsPerTxn = float64(after.steps-before.steps) / commits
-	}
-	return p, nil
+	return sum / time.Duration(len(lats)), lats[(len(lats)*99)/100]
 }
 
-type counters struct{ commits, aborts, rpcs, msgs, steps int64 }
+type counters struct{ commits, rpcs, msgs, steps int64 }
 
 func (r *Runner) snapshot() counters {
 	var c counters
 	for _, db := range r.DBs {
 		s := db.Stats()
 		c.commits += s.Commits
-		c.aborts += s.Aborts
 		c.msgs += s.ProtocolMessages
 		c.steps += s.ProtocolSteps
 	}

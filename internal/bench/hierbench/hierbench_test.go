@@ -97,7 +97,122 @@ func TestReport(t *testing.T) {
 	if got := strings.Count(string(csv), "\n"); got != 3 {
 		t.Errorf("CSV has %d lines, want 3:\n%s", got, csv)
 	}
-	if err := WritePlot(filepath.Join(dir, "h.png"), "t", "m", ps); err != nil {
-		t.Fatal(err)
+	for _, a := range []Axis{AxisClients, AxisBatch, AxisShare} {
+		if err := WritePlot(filepath.Join(dir, "h.png"), "t", "m", ps, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSystemByNameBatch: a hierarchy protocol takes any batch in [1,
+// BatchMax]; other names and malformed batches are refused.
+func TestSystemByNameBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ok    bool
+		proto client.Protocol
+		batch int
+	}{
+		{"hierarchy-locking/b25", true, client.ProtocolHierarchyLocking, 25},
+		{"hierarchy-timestamps/b100", true, client.ProtocolHierarchyTimestamps, 100},
+		{"hierarchy-locking/b10", true, client.ProtocolHierarchyLocking, 10},
+		{"hierarchy-locking/b1000", true, client.ProtocolHierarchyLocking, 1000},
+		{"hierarchy-locking/b1001", false, "", 0},
+		{"hierarchy-locking/b0", false, "", 0},
+		{"hierarchy-locking/b07", false, "", 0},
+		{"hierarchy-locking/b-1", false, "", 0},
+		{"hierarchy-locking/b", false, "", 0},
+		{"hierarchy-locking", false, "", 0},
+		{"2pc-locking/b10", false, "", 0},
+		{"default/b5", false, "", 0},
+	} {
+		s, ok := SystemByName(tc.name)
+		if ok != tc.ok || (ok && (s.Protocol != tc.proto || s.Batch != tc.batch || s.Name != tc.name || !s.Built)) {
+			t.Errorf("SystemByName(%q) = %+v, %v", tc.name, s, ok)
+		}
+	}
+}
+
+// TestExpandSystems: --systems with and without a --batch-sizes sweep.
+func TestExpandSystems(t *testing.T) {
+	names := func(ss []System) string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tc := range []struct {
+		systems []string
+		batches []int
+		want    string // "" with wantErr
+		wantErr bool
+	}{
+		{[]string{"2pc-locking", "hierarchy-locking/b10"}, nil, "2pc-locking,hierarchy-locking/b10", false},
+		{[]string{"hierarchy-locking/b25"}, nil, "hierarchy-locking/b25", false},
+		{[]string{"hierarchy-locking", "hierarchy-timestamps/b10", "2pc-locking"}, []int{1, 25, 100},
+			"hierarchy-locking/b1,hierarchy-locking/b25,hierarchy-locking/b100,hierarchy-timestamps/b1,hierarchy-timestamps/b25,hierarchy-timestamps/b100,2pc-locking", false},
+		{[]string{"hierarchy-locking"}, nil, "", true},
+		{[]string{"nope"}, nil, "", true},
+		{[]string{"hierarchy-locking/b10", "hierarchy-locking/b10"}, nil, "", true},
+		{[]string{"hierarchy-locking", "hierarchy-locking/b5"}, []int{5}, "", true},
+		{[]string{"hierarchy-locking"}, []int{0}, "", true},
+		{[]string{"hierarchy-locking"}, []int{BatchMax + 1}, "", true},
+	} {
+		got, err := ExpandSystems(tc.systems, tc.batches)
+		if (err != nil) != tc.wantErr || (err == nil && names(got) != tc.want) {
+			t.Errorf("ExpandSystems(%v, %v) = %q, %v; want %q, error %v", tc.systems, tc.batches, names(got), err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+// TestValidateShare: shares in [0, 1]; local transactions need
+// UpdatesPerTxn objects per node.
+func TestValidateShare(t *testing.T) {
+	k := Keyspace{Objects: 8000}
+	for _, sh := range []float64{0, 0.5, 1} {
+		if err := k.ValidateShare(sh); err != nil {
+			t.Errorf("share %v: %v", sh, err)
+		}
+	}
+	for _, sh := range []float64{-0.1, 1.1} {
+		if err := k.ValidateShare(sh); err == nil {
+			t.Errorf("share %v accepted", sh)
+		}
+	}
+	small := Keyspace{Objects: Nodes * (UpdatesPerTxn - 1)}
+	if err := small.ValidateShare(1); err != nil {
+		t.Errorf("all distributed on a small keyspace: %v", err)
+	}
+	if err := small.ValidateShare(0.5); err == nil {
+		t.Error("local transactions accepted with fewer than UpdatesPerTxn objects per node")
+	}
+}
+
+// TestShareRatios: each local point at a share above 0 is paired with the
+// local point at share 0 of the same system, clients and round.
+func TestShareRatios(t *testing.T) {
+	lp := func(sys string, round int, share float64, p99 time.Duration) Point {
+		return Point{System: sys, Clients: 100, Round: round, Share: share, Class: ClassLocal, P99: p99, Mean: p99 / 2}
+	}
+	ps := []Point{
+		lp("a", 0, 0, 100*time.Millisecond),
+		{System: "a", Clients: 100, Share: 0.5, Class: ClassDistributed, P99: time.Second},
+		lp("a", 0, 0.5, 108*time.Millisecond),
+		lp("b", 0, 0, 100*time.Millisecond),
+		lp("b", 0, 0.5, 150*time.Millisecond),
+		lp("a", 1, 0.5, 90*time.Millisecond), // no base in round 1
+	}
+	rs := ShareRatios(ps)
+	if len(rs) != 2 {
+		t.Fatalf("%d ratios, want 2: %+v", len(rs), rs)
+	}
+	if rs[0].System != "a" || rs[0].P99Ratio() != 1.08 || rs[1].System != "b" || rs[1].P99Ratio() != 1.5 || rs[1].MeanRatio() != 1.5 {
+		t.Errorf("ratios %+v", rs)
+	}
+	var b bytes.Buffer
+	WriteShareRatios(&b, rs, 0.10)
+	if out := b.String(); !strings.Contains(out, "yes (+8%)") || !strings.Contains(out, "no (+50%)") {
+		t.Errorf("verdicts:\n%s", out)
 	}
 }

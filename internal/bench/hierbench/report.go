@@ -39,17 +39,20 @@ func Formula(s System, n, h int) (steps, messages float64, ok bool) {
 func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // PointTableLegend explains WritePointTable's columns.
-const PointTableLegend = `txn/s: committed transactions per second; mean, p99: latency of a committed transaction, retries included;
+const PointTableLegend = `share: the point's fraction of distributed transactions (1: all, the thesis's workload); class: the row's
+transactions, distributed (one object on each of 8 nodes) or local (8 objects of one node); round: repetition of the run's points;
+txn/s: committed transactions of the class per second; mean, p99: latency of a committed transaction, retries included;
 aborted: attempts that aborted and were retried, per committed transaction; failed: transactions that gave up;
-rpcs: client RPCs per committed transaction (reads, prepare/commit, status, oracle, cleanup), counted by the client's interceptor;
-msgs, steps: the commit protocol's messages and communication steps per committed transaction as the system counts them
-(2pc-locking: client.Stats, aborted attempts' included; hierarchy-*: the validators' own counts per transaction decided,
-warm-up included; "-": the protocol counts none); formula: the thesis's 2.2-2.3 / 3.3-3.4 for 8 nodes, decider at level 1.`
+rpcs: client RPCs per committed transaction of the point (both classes; reads, prepare/commit, status, oracle, cleanup), counted
+by the client's interceptor; msgs, steps: the commit protocol's messages and communication steps per committed transaction of the
+point as the system counts them (2pc-locking: client.Stats, aborted attempts' included; hierarchy-*: the validators' own counts
+per transaction decided, warm-up included; "-": the protocol counts none); formula: the thesis's 2.2-2.3 / 3.3-3.4 for a
+distributed transaction on 8 nodes, decider at level 1.`
 
 // WritePointTable prints the points.
 func WritePointTable(w io.Writer, points []Point) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tclients\ttxn/s\tmean ms\tp99 ms\taborted\tfailed\trpcs\tmsgs\tsteps\tformula steps/msgs\t")
+	fmt.Fprintln(tw, "system\tclients\tshare\tclass\tround\ttxn/s\tmean ms\tp99 ms\taborted\tfailed\trpcs\tmsgs\tsteps\tformula steps/msgs\t")
 	for _, p := range points {
 		msgs, steps := "-", "-"
 		if p.ProtocolMessagesPerTxn > 0 {
@@ -65,14 +68,75 @@ func WritePointTable(w io.Writer, points []Point) {
 		if p.Txns > 0 {
 			aborted = float64(p.AbortedAttempts) / float64(p.Txns)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.3f\t%d\t%.1f\t%s\t%s\t%s\t\n", p.System, p.Clients, p.Throughput(),
-			Ms(p.Mean), Ms(p.P99), aborted, p.Failed, p.RPCsPerTxn, msgs, steps, formula)
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.3f\t%d\t%.1f\t%s\t%s\t%s\t\n", p.System, p.Clients, p.Share, p.Class, p.Round,
+			p.Throughput(), Ms(p.Mean), Ms(p.P99), aborted, p.Failed, p.RPCsPerTxn, msgs, steps, formula)
 	}
 	_ = tw.Flush()
 }
 
-var csvHeader = []string{"system", "clients", "txns", "seconds", "txn_per_s", "mean_ms", "p99_ms", "aborted_attempts", "failed",
-	"rpcs_per_txn", "protocol_messages_per_txn", "protocol_steps_per_txn", "one_way_delay_ms", "machine"}
+// ShareRatio compares local transactions' latency at a share of
+// distributed transactions with that at share 0, for one system, client
+// count and round of one run.
+type ShareRatio struct {
+	System  string
+	Clients int
+	Round   int
+	Share   float64
+	// Base and At are the local class's points at share 0 and at Share.
+	Base, At Point
+}
+
+// P99Ratio is the local p99 at Share over that at share 0.
+func (r ShareRatio) P99Ratio() float64 { return ratio(r.At.P99, r.Base.P99) }
+
+// MeanRatio is the local mean at Share over that at share 0.
+func (r ShareRatio) MeanRatio() float64 { return ratio(r.At.Mean, r.Base.Mean) }
+
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// ShareRatios pairs every local point at a share in (0, 1) with the local
+// point of the same system, clients and round at share 0 (the issue's
+// target: local transactions' p99 within 10% when 50% distributed ones are
+// added), in the order of points.
+func ShareRatios(points []Point) []ShareRatio {
+	var out []ShareRatio
+	for _, at := range points {
+		if at.Class != ClassLocal || at.Share <= 0 {
+			continue
+		}
+		for _, base := range points {
+			if base.Class == ClassLocal && base.Share == 0 && base.System == at.System && base.Clients == at.Clients && base.Round == at.Round {
+				out = append(out, ShareRatio{System: at.System, Clients: at.Clients, Round: at.Round, Share: at.Share, Base: base, At: at})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// WriteShareRatios prints ShareRatios, with whether each is within
+// tolerance (0.10: the issue's 10%).
+func WriteShareRatios(w io.Writer, rs []ShareRatio, tolerance float64) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\tclients\tround\tshare\tlocal p99 ms at 0\tat share\tp99 ratio\tlocal mean ms at 0\tat share\tmean ratio\tp99 within\t")
+	for _, r := range rs {
+		verdict := fmt.Sprintf("no (+%.0f%%)", (r.P99Ratio()-1)*100)
+		if r.P99Ratio() <= 1+tolerance {
+			verdict = fmt.Sprintf("yes (%+.0f%%)", (r.P99Ratio()-1)*100)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.3f\t%.1f\t%.1f\t%.3f\t%s\t\n", r.System, r.Clients, r.Round, r.Share,
+			Ms(r.Base.P99), Ms(r.At.P99), r.P99Ratio(), Ms(r.Base.Mean), Ms(r.At.Mean), r.MeanRatio(), verdict)
+	}
+	_ = tw.Flush()
+}
+
+var csvHeader = []string{"system", "batch", "clients", "distributed_share", "class", "round", "txns", "seconds", "txn_per_s", "mean_ms", "p99_ms",
+	"aborted_attempts", "failed", "rpcs_per_txn", "protocol_messages_per_txn", "protocol_steps_per_txn", "one_way_delay_ms", "machine"}
 
 // WriteCSV writes the points, each row naming the machine.
 func WriteCSV(path, machine string, points []Point) error {
@@ -83,7 +147,12 @@ func WriteCSV(path, machine string, points []Point) error {
 	w := csv.NewWriter(f)
 	_ = w.Write(csvHeader)
 	for _, p := range points {
-		_ = w.Write([]string{p.System, strconv.Itoa(p.Clients), strconv.FormatInt(p.Txns, 10), fmt.Sprintf("%.3f", p.Seconds),
+		batch := 0
+		if s, ok := SystemByName(p.System); ok {
+			batch = s.Batch
+		}
+		_ = w.Write([]string{p.System, strconv.Itoa(batch), strconv.Itoa(p.Clients), fmt.Sprintf("%.3f", p.Share), p.Class, strconv.Itoa(p.Round),
+			strconv.FormatInt(p.Txns, 10), fmt.Sprintf("%.3f", p.Seconds),
 			fmt.Sprintf("%.2f", p.Throughput()), fmt.Sprintf("%.3f", Ms(p.Mean)), fmt.Sprintf("%.3f", Ms(p.P99)),
 			strconv.FormatInt(p.AbortedAttempts, 10), strconv.FormatInt(p.Failed, 10), fmt.Sprintf("%.2f", p.RPCsPerTxn),
 			fmt.Sprintf("%.2f", p.ProtocolMessagesPerTxn), fmt.Sprintf("%.3f", p.ProtocolStepsPerTxn), fmt.Sprintf("%.3f", p.OneWayMs), machine})
@@ -96,34 +165,94 @@ func WriteCSV(path, machine string, points []Point) error {
 	return f.Close()
 }
 
-// WritePlot draws throughput and mean latency against clients, a line per
-// system (the thesis's figures 4.1/4.4 and 4.8/4.9).
-func WritePlot(path, title, machine string, points []Point) error {
-	var names []string
-	seen := map[string]bool{}
-	for _, p := range points {
-		if !seen[p.System] {
-			seen[p.System] = true
-			names = append(names, p.System)
+// Axis is what a plot's x axis is.
+type Axis int
+
+const (
+	// AxisClients: against clients, a line per system (and share, class,
+	// round where they vary): the thesis's figures 4.1/4.4 and 4.8/4.9.
+	AxisClients Axis = iota
+	// AxisBatch: against the hierarchy systems' batch size, a line per
+	// protocol: the thesis's figure 4.7.
+	AxisBatch
+	// AxisShare: against the share of distributed transactions, a line per
+	// system and class.
+	AxisShare
+)
+
+// place places p on the axis: its x value and the name of its line
+// (false: p has no place, e.g. a system without batches on AxisBatch).
+func (a Axis) place(p Point, showShare, showRound bool) (x float64, series string, ok bool) {
+	name := p.System
+	switch a {
+	case AxisBatch:
+		s, found := SystemByName(p.System)
+		if !found || s.Batch == 0 {
+			return 0, "", false
+		}
+		x, name = float64(s.Batch), string(s.Protocol)
+		if showShare {
+			name += fmt.Sprintf(" share %.2g", p.Share)
+		}
+		name += " " + p.Class
+	case AxisShare:
+		x = p.Share
+		name += " " + p.Class
+	default:
+		x = float64(p.Clients)
+		if showShare {
+			name += fmt.Sprintf(" share %.2g %s", p.Share, p.Class)
 		}
 	}
+	if showRound {
+		name += fmt.Sprintf(" r%d", p.Round)
+	}
+	return x, name, true
+}
+
+func (a Axis) label() string {
+	switch a {
+	case AxisBatch:
+		return "batch size"
+	case AxisShare:
+		return "distributed share"
+	}
+	return "clients"
+}
+
+// WritePlot draws throughput, mean and p99 latency against the axis, a
+// line per system (and share, class and round where they vary).
+func WritePlot(path, title, machine string, points []Point, axis Axis) error {
+	shares, rounds := map[float64]bool{}, map[int]bool{}
+	for _, p := range points {
+		shares[p.Share] = true
+		rounds[p.Round] = true
+	}
+	showShare, showRound := len(shares) > 1 || !shares[1], len(rounds) > 1
 	mk := func(y func(Point) float64) []plot.Series {
+		idx := map[string]int{}
 		var out []plot.Series
-		for _, n := range names {
-			s := plot.Series{Name: n}
-			for _, p := range points {
-				if p.System == n {
-					s.X = append(s.X, float64(p.Clients))
-					s.Y = append(s.Y, y(p))
-				}
+		for _, p := range points {
+			x, n, ok := axis.place(p, showShare, showRound)
+			if !ok {
+				continue
 			}
-			out = append(out, s)
+			i, seen := idx[n]
+			if !seen {
+				i = len(out)
+				idx[n] = i
+				out = append(out, plot.Series{Name: n})
+			}
+			out[i].X = append(out[i].X, x)
+			out[i].Y = append(out[i].Y, y(p))
 		}
 		return out
 	}
+	l := axis.label()
 	img := plot.Grid(title, machine, 2, 620, 400,
-		plot.LineChart{Title: "throughput", XLabel: "clients", YLabel: "committed txn/s", Series: mk(Point.Throughput)},
-		plot.LineChart{Title: "latency (mean)", XLabel: "clients", YLabel: "ms", Series: mk(func(p Point) float64 { return Ms(p.Mean) })},
+		plot.LineChart{Title: "throughput", XLabel: l, YLabel: "committed txn/s", Series: mk(Point.Throughput)},
+		plot.LineChart{Title: "latency (mean)", XLabel: l, YLabel: "ms", Series: mk(func(p Point) float64 { return Ms(p.Mean) })},
+		plot.LineChart{Title: "latency (p99)", XLabel: l, YLabel: "ms", Series: mk(func(p Point) float64 { return Ms(p.P99) })},
 	)
 	return plot.WritePNG(path, img)
 }
