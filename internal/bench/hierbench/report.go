@@ -46,8 +46,8 @@ aborted: attempts that aborted and were retried, per committed transaction; fail
 rpcs: client RPCs per committed transaction of the point (both classes; reads, prepare/commit, status, oracle, cleanup), counted
 by the client's interceptor; msgs, steps: the commit protocol's messages and communication steps per committed transaction of the
 point as the system counts them (2pc-locking: client.Stats, aborted attempts' included; hierarchy-*: the validators' own counts
-per transaction decided, warm-up included; "-": the protocol counts none); formula: the thesis's 2.2-2.3 / 3.3-3.4 for a
-distributed transaction on 8 nodes, decider at level 1.`
+per transaction decided, warm-up included; "-": the protocol counts none); formula: the thesis's 2.2-2.3 / 3.3-3.4 for the row's class
+(distributed: 8 nodes, decider at level 1; local: 1 node).`
 
 // WritePointTable prints the points.
 func WritePointTable(w io.Writer, points []Point) {
@@ -60,7 +60,11 @@ func WritePointTable(w io.Writer, points []Point) {
 		}
 		formula := "-"
 		if s, ok := SystemByName(p.System); ok {
-			if fs, fm, ok := Formula(s, UpdatesPerTxn, 1); ok {
+			n := UpdatesPerTxn
+			if p.Class == ClassLocal {
+				n = 1
+			}
+			if fs, fm, ok := Formula(s, n, 1); ok {
 				formula = fmt.Sprintf("%.2f / %.2f", fs, fm)
 			}
 		}
@@ -196,7 +200,7 @@ func (a Axis) place(p Point, showShare, showRound bool) (x float64, series strin
 		}
 		name += " " + p.Class
 	case AxisShare:
-		x = p.Share
+		x = 100 * p.Share // the plot labels whole numbers
 		name += " " + p.Class
 	default:
 		x = float64(p.Clients)
@@ -215,7 +219,7 @@ func (a Axis) label() string {
 	case AxisBatch:
 		return "batch size"
 	case AxisShare:
-		return "distributed share"
+		return "distributed transactions, %"
 	}
 	return "clients"
 }
