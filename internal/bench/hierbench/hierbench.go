@@ -188,7 +188,7 @@ func Load(ctx context.Context, db *client.DB, k Keyspace, parallel int, progress
 				}
 				i, j := int(n%Nodes), int(n/Nodes)
 				binary.BigEndian.PutUint64(v, uint64(n))
-				if err := db.Put(ctx, k.Key(i, j), v); err != nil {
+				if err := loadPut(ctx, db, k.Key(i, j), v); err != nil {
 					errc <- fmt.Errorf("hierbench: loading object %d of node %d: %w", j, i, err)
 					return
 				}
@@ -204,6 +204,22 @@ func Load(ctx context.Context, db *client.DB, k Keyspace, parallel int, progress
 		return err
 	}
 	return ctx.Err()
+}
+
+// LoadPutAttemptsMax bounds the attempts of one put of Load.
+const LoadPutAttemptsMax = 5
+
+// loadPut writes one object, again after an ambiguous or retryable error
+// (the put writes the same value each time, so repeating it is safe).
+func loadPut(ctx context.Context, db *client.DB, key, v []byte) error {
+	var err error
+	for a := 0; a < LoadPutAttemptsMax && ctx.Err() == nil; a++ {
+		err = db.Put(ctx, key, v)
+		if err == nil || !(errors.Is(err, client.ErrAmbiguous) || errors.Is(err, client.ErrRetryable)) {
+			return err
+		}
+	}
+	return err
 }
 
 // Delayer injects the per-link one-way delay into a client's RPCs and
