@@ -294,12 +294,46 @@ func runBenchHierarchy(ctx context.Context, o benchHierarchyOptions, command str
 // point runs one point on r: n clients, a share of distributed
 // transactions, the injected delay on for its length only.
 func (r *hierarchyRun) point(ctx context.Context, o benchHierarchyOptions, n int, share float64) ([]hierbench.Point, error) {
+	// A Raft term change (an election on a starved machine) restarts a
+	// range's lease fence, during which its node refuses hierarchy parts
+	// (5 s): a point must not start inside one, and one that falls inside
+	// the point is reported.
+	if w, err := r.waitFences(ctx); err != nil {
+		return nil, err
+	} else if w > 200*time.Millisecond {
+		fmt.Fprintf(os.Stderr, "%s: waited %v for lease fences before the point\n", r.system.Name, w.Round(100*time.Millisecond))
+	}
 	r.delayer.SetOneWay(o.oneWay)
 	before := validatorCounts(r.cluster)
+	// Watch the fences while the point runs (warm-up included): the time
+	// during which some range refused hierarchy parts.
+	var fenced time.Duration
+	watchDone, stopWatch := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(fenceWatchInterval):
+			}
+			if !r.fencesPassed() {
+				fenced += fenceWatchInterval
+			}
+		}
+	}()
 	ps, err := r.runner.Run(ctx, r.system.Name, n, share, o.limits)
+	close(stopWatch)
+	<-watchDone
 	r.delayer.SetOneWay(0)
 	if err != nil {
 		return nil, err
+	}
+	for i := range ps {
+		ps[i].Fenced = fenced
+	}
+	if fenced > 0 {
+		fmt.Fprintf(os.Stderr, "%s at %d clients, share %.2f: some range's lease fence was up for about %v of the point (a lease was lost and taken again)\n", r.system.Name, n, share, fenced)
 	}
 	if r.system.Batch > 0 {
 		// Counted by the validators themselves (warm-up included):
@@ -314,6 +348,37 @@ func (r *hierarchyRun) point(ctx context.Context, o benchHierarchyOptions, n int
 		}
 	}
 	return ps, nil
+}
+
+// fenceWatchInterval is how often a point looks at the lease fences.
+const fenceWatchInterval = 200 * time.Millisecond
+
+// fencesPassed reports whether every node takes hierarchy parts on every
+// range it leads (kvserver.HierarchyLeaseFence passed in the current
+// term); true for the other protocols.
+func (r *hierarchyRun) fencesPassed() bool {
+	if r.system.Batch == 0 {
+		return true
+	}
+	for i := 0; i < hierbench.Nodes; i++ {
+		if !r.cluster.Node(i).HierarchyReady() {
+			return false
+		}
+	}
+	return true
+}
+
+// waitFences waits until fencesPassed and returns how long that took.
+func (r *hierarchyRun) waitFences(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	for !r.fencesPassed() {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return time.Since(start), nil
 }
 
 // hierarchyRun is one system's cluster, loaded, and its runner.
@@ -378,20 +443,9 @@ func startHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbe
 		// A node takes hierarchy parts on a range it leads only once the
 		// range's lease fence has passed (kvserver.HierarchyLeaseFence).
 		fmt.Fprintf(os.Stderr, "%s: waiting for the validators' lease fences...\n", s.Name)
-		for ready := false; !ready; {
-			ready = true
-			for i := 0; i < hierbench.Nodes; i++ {
-				ready = ready && c.Node(i).HierarchyReady()
-			}
-			if ready {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				run.close()
-				return nil, ctx.Err()
-			case <-time.After(100 * time.Millisecond):
-			}
+		if _, err := run.waitFences(ctx); err != nil {
+			run.close()
+			return nil, err
 		}
 	}
 	k := hierbench.Keyspace{Objects: o.objects}

@@ -295,6 +295,11 @@ type Point struct {
 	RPCsPerTxn, ProtocolMessagesPerTxn, ProtocolStepsPerTxn float64
 	// OneWayMs is the injected per-link delay.
 	OneWayMs float64
+	// Fenced is about how long, in the point (warm-up included), some
+	// node refused hierarchy parts on a range it leads because the range's
+	// lease fence had restarted (kvserver.HierarchyLeaseFence: a lease
+	// lost and taken again); 0 for the other protocols.
+	Fenced time.Duration
 }
 
 // Throughput is committed transactions per second.
