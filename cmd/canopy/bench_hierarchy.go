@@ -305,6 +305,7 @@ func (r *hierarchyRun) point(ctx context.Context, o benchHierarchyOptions, n int
 	}
 	r.delayer.SetOneWay(o.oneWay)
 	before := validatorCounts(r.cluster)
+	diagBefore := hierarchyDiag(r.cluster)
 	// Watch the fences while the point runs (warm-up included): the time
 	// during which some range refused hierarchy parts.
 	var fenced time.Duration
@@ -331,6 +332,12 @@ func (r *hierarchyRun) point(ctx context.Context, o benchHierarchyOptions, n int
 	}
 	for i := range ps {
 		ps[i].Fenced = fenced
+	}
+	if d := hierarchyDiag(r.cluster).sub(diagBefore); d != (hierDiag{}) {
+		fmt.Fprintf(os.Stderr, "%s at %d clients, share %.2f: %+v\n", r.system.Name, n, share, d)
+		for i := range ps {
+			ps[i].Resent, ps[i].Forgotten = d.Resent, d.Forgotten
+		}
 	}
 	if fenced > 0 {
 		fmt.Fprintf(os.Stderr, "%s at %d clients, share %.2f: some range's lease fence was up for about %v of the point (a lease was lost and taken again)\n", r.system.Name, n, share, fenced)
@@ -460,6 +467,33 @@ func startHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbe
 	fmt.Fprintf(os.Stderr, "\r%s: loaded in %v\n", s.Name, time.Since(start).Round(time.Second))
 	run.runner = &hierbench.Runner{DBs: dbs, Delayer: run.delayer, Keys: k, Seed: o.seed}
 	return run, nil
+}
+
+// hierDiag is what the hierarchy's nodes count of their recoveries: votes
+// resent by leaves waiting for a decision, transactions inner validators
+// forgot, parts refused, messages dropped, transactions aborted for age.
+type hierDiag struct{ Resent, Forgotten, Refused, Dropped, AgedAborts int64 }
+
+func (d hierDiag) sub(e hierDiag) hierDiag {
+	return hierDiag{d.Resent - e.Resent, d.Forgotten - e.Forgotten, d.Refused - e.Refused, d.Dropped - e.Dropped, d.AgedAborts - e.AgedAborts}
+}
+
+// hierarchyDiag sums hierDiag over the cluster's nodes.
+func hierarchyDiag(c *testcluster.Cluster) hierDiag {
+	var d hierDiag
+	for i := range c.Addrs() {
+		if n := c.Node(i); n != nil {
+			st := n.HierarchyStatus()
+			d.Dropped += st.Dropped
+			d.AgedAborts += st.AgedAborts
+			for _, v := range st.Validators {
+				d.Resent += int64(v.Counts.Resent)
+				d.Forgotten += int64(v.Counts.Forgotten)
+				d.Refused += int64(v.Counts.Refused)
+			}
+		}
+	}
+	return d
 }
 
 // validatorCounts sums the hierarchy validators' counts over the cluster's

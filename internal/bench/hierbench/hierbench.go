@@ -300,6 +300,11 @@ type Point struct {
 	// lease fence had restarted (kvserver.HierarchyLeaseFence: a lease
 	// lost and taken again); 0 for the other protocols.
 	Fenced time.Duration
+	// Resent and Forgotten are the hierarchy validators' recoveries in the
+	// point (warm-up included): votes a leaf sent again after waiting
+	// ResendAfter (1 s) for a decision, and transactions an inner
+	// validator forgot for want of votes; 0 for the other protocols.
+	Resent, Forgotten int64
 }
 
 // Throughput is committed transactions per second.

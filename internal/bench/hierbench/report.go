@@ -48,12 +48,14 @@ by the client's interceptor; msgs, steps: the commit protocol's messages and com
 point as the system counts them (2pc-locking: client.Stats, aborted attempts' included; hierarchy-*: the validators' own counts
 per transaction decided, warm-up included; "-": the protocol counts none); formula: the thesis's 2.2-2.3 / 3.3-3.4 for the row's class
 (distributed: 8 nodes, decider at level 1; local: 1 node); fenced s: about how long in the point (warm-up included) some
-range's lease fence was up, its node refusing hierarchy parts (a lease lost and taken again).`
+range's lease fence was up, its node refusing hierarchy parts (a lease lost and taken again); resent/forgot: the hierarchy
+validators' votes resent after waiting 1 s (ResendAfter) for a decision, and transactions forgotten by inner validators, in
+the point (warm-up included, both classes).`
 
 // WritePointTable prints the points.
 func WritePointTable(w io.Writer, points []Point) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tclients\tshare\tclass\tround\ttxn/s\tmean ms\tp99 ms\taborted\tfailed\trpcs\tmsgs\tsteps\tformula steps/msgs\tfenced s\t")
+	fmt.Fprintln(tw, "system\tclients\tshare\tclass\tround\ttxn/s\tmean ms\tp99 ms\taborted\tfailed\trpcs\tmsgs\tsteps\tformula steps/msgs\tfenced s\tresent/forgot\t")
 	for _, p := range points {
 		msgs, steps := "-", "-"
 		if p.ProtocolMessagesPerTxn > 0 {
@@ -73,8 +75,8 @@ func WritePointTable(w io.Writer, points []Point) {
 		if p.Txns > 0 {
 			aborted = float64(p.AbortedAttempts) / float64(p.Txns)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.3f\t%d\t%.1f\t%s\t%s\t%s\t%.1f\t\n", p.System, p.Clients, p.Share, p.Class, p.Round,
-			p.Throughput(), Ms(p.Mean), Ms(p.P99), aborted, p.Failed, p.RPCsPerTxn, msgs, steps, formula, p.Fenced.Seconds())
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.3f\t%d\t%.1f\t%s\t%s\t%s\t%.1f\t%d/%d\t\n", p.System, p.Clients, p.Share, p.Class, p.Round,
+			p.Throughput(), Ms(p.Mean), Ms(p.P99), aborted, p.Failed, p.RPCsPerTxn, msgs, steps, formula, p.Fenced.Seconds(), p.Resent, p.Forgotten)
 	}
 	_ = tw.Flush()
 }
@@ -141,7 +143,7 @@ func WriteShareRatios(w io.Writer, rs []ShareRatio, tolerance float64) {
 }
 
 var csvHeader = []string{"system", "batch", "clients", "distributed_share", "class", "round", "txns", "seconds", "txn_per_s", "mean_ms", "p99_ms",
-	"aborted_attempts", "failed", "rpcs_per_txn", "protocol_messages_per_txn", "protocol_steps_per_txn", "one_way_delay_ms", "fenced_s", "machine"}
+	"aborted_attempts", "failed", "rpcs_per_txn", "protocol_messages_per_txn", "protocol_steps_per_txn", "one_way_delay_ms", "fenced_s", "resent", "forgotten", "machine"}
 
 // WriteCSV writes the points, each row naming the machine.
 func WriteCSV(path, machine string, points []Point) error {
@@ -160,7 +162,8 @@ func WriteCSV(path, machine string, points []Point) error {
 			strconv.FormatInt(p.Txns, 10), fmt.Sprintf("%.3f", p.Seconds),
 			fmt.Sprintf("%.2f", p.Throughput()), fmt.Sprintf("%.3f", Ms(p.Mean)), fmt.Sprintf("%.3f", Ms(p.P99)),
 			strconv.FormatInt(p.AbortedAttempts, 10), strconv.FormatInt(p.Failed, 10), fmt.Sprintf("%.2f", p.RPCsPerTxn),
-			fmt.Sprintf("%.2f", p.ProtocolMessagesPerTxn), fmt.Sprintf("%.3f", p.ProtocolStepsPerTxn), fmt.Sprintf("%.3f", p.OneWayMs), fmt.Sprintf("%.1f", p.Fenced.Seconds()), machine})
+			fmt.Sprintf("%.2f", p.ProtocolMessagesPerTxn), fmt.Sprintf("%.3f", p.ProtocolStepsPerTxn), fmt.Sprintf("%.3f", p.OneWayMs), fmt.Sprintf("%.1f", p.Fenced.Seconds()),
+			strconv.FormatInt(p.Resent, 10), strconv.FormatInt(p.Forgotten, 10), machine})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
