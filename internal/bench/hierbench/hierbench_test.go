@@ -193,7 +193,7 @@ func TestValidateShare(t *testing.T) {
 // local point at share 0 of the same system, clients and round.
 func TestShareRatios(t *testing.T) {
 	lp := func(sys string, round int, share float64, p99 time.Duration) Point {
-		return Point{System: sys, Clients: 100, Round: round, Share: share, Class: ClassLocal, P99: p99, Mean: p99 / 2}
+		return Point{System: sys, Clients: 100, Round: round, Share: share, Class: ClassLocal, Txns: 10, P99: p99, Mean: p99 / 2}
 	}
 	ps := []Point{
 		lp("a", 0, 0, 100*time.Millisecond),
@@ -201,7 +201,9 @@ func TestShareRatios(t *testing.T) {
 		lp("a", 0, 0.5, 108*time.Millisecond),
 		lp("b", 0, 0, 100*time.Millisecond),
 		lp("b", 0, 0.5, 150*time.Millisecond),
-		lp("a", 1, 0.5, 90*time.Millisecond), // no base in round 1
+		lp("a", 1, 0.5, 90*time.Millisecond),                                                  // no base in round 1
+		{System: "c", Clients: 100, Share: 0, Class: ClassLocal},                              // no commit: no base
+		{System: "c", Clients: 100, Share: 0.5, Class: ClassLocal, Txns: 3, P99: time.Second}, // left out
 	}
 	rs := ShareRatios(ps)
 	if len(rs) != 2 {
@@ -211,6 +213,11 @@ func TestShareRatios(t *testing.T) {
 		t.Errorf("ratios %+v", rs)
 	}
 	var b bytes.Buffer
+	WritePointTable(&b, ps[6:7])
+	if !strings.Contains(b.String(), " -  ") {
+		t.Errorf("a point without commits shows a latency:\n%s", b.String())
+	}
+	b.Reset()
 	WriteShareRatios(&b, rs, 0.10)
 	if out := b.String(); !strings.Contains(out, "yes (+8%)") || !strings.Contains(out, "no (+50%)") {
 		t.Errorf("verdicts:\n%s", out)

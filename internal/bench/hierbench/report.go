@@ -75,8 +75,12 @@ func WritePointTable(w io.Writer, points []Point) {
 		if p.Txns > 0 {
 			aborted = float64(p.AbortedAttempts) / float64(p.Txns)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.3f\t%d\t%.1f\t%s\t%s\t%s\t%.1f\t%d/%d\t\n", p.System, p.Clients, p.Share, p.Class, p.Round,
-			p.Throughput(), Ms(p.Mean), Ms(p.P99), aborted, p.Failed, p.RPCsPerTxn, msgs, steps, formula, p.Fenced.Seconds(), p.Resent, p.Forgotten)
+		mean, p99 := fmt.Sprintf("%.1f", Ms(p.Mean)), fmt.Sprintf("%.1f", Ms(p.P99))
+		if p.Txns == 0 {
+			mean, p99 = "-", "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%d\t%.1f\t%s\t%s\t%.3f\t%d\t%.1f\t%s\t%s\t%s\t%.1f\t%d/%d\t\n", p.System, p.Clients, p.Share, p.Class, p.Round,
+			p.Throughput(), mean, p99, aborted, p.Failed, p.RPCsPerTxn, msgs, steps, formula, p.Fenced.Seconds(), p.Resent, p.Forgotten)
 	}
 	_ = tw.Flush()
 }
@@ -109,15 +113,15 @@ func ratio(a, b time.Duration) float64 {
 // ShareRatios pairs every local point at a share in (0, 1) with the local
 // point of the same system, clients and round at share 0 (the issue's
 // target: local transactions' p99 within 10% when 50% distributed ones are
-// added), in the order of points.
+// added), in the order of points; points without commits are left out.
 func ShareRatios(points []Point) []ShareRatio {
 	var out []ShareRatio
 	for _, at := range points {
-		if at.Class != ClassLocal || at.Share <= 0 {
+		if at.Class != ClassLocal || at.Share <= 0 || at.Txns == 0 {
 			continue
 		}
 		for _, base := range points {
-			if base.Class == ClassLocal && base.Share == 0 && base.System == at.System && base.Clients == at.Clients && base.Round == at.Round {
+			if base.Class == ClassLocal && base.Share == 0 && base.Txns > 0 && base.System == at.System && base.Clients == at.Clients && base.Round == at.Round {
 				out = append(out, ShareRatio{System: at.System, Clients: at.Clients, Round: at.Round, Share: at.Share, Base: base, At: at})
 				break
 			}
@@ -237,12 +241,12 @@ func WritePlot(path, title, machine string, points []Point, axis Axis) error {
 		rounds[p.Round] = true
 	}
 	showShare, showRound := len(shares) > 1 || !shares[1], len(rounds) > 1
-	mk := func(y func(Point) float64) []plot.Series {
+	mk := func(latency bool, y func(Point) float64) []plot.Series {
 		idx := map[string]int{}
 		var out []plot.Series
 		for _, p := range points {
 			x, n, ok := axis.place(p, showShare, showRound)
-			if !ok {
+			if !ok || (latency && p.Txns == 0) {
 				continue
 			}
 			i, seen := idx[n]
@@ -258,9 +262,9 @@ func WritePlot(path, title, machine string, points []Point, axis Axis) error {
 	}
 	l := axis.label()
 	img := plot.Grid(title, machine, 2, 620, 400,
-		plot.LineChart{Title: "throughput", XLabel: l, YLabel: "committed txn/s", Series: mk(Point.Throughput)},
-		plot.LineChart{Title: "latency (mean)", XLabel: l, YLabel: "ms", Series: mk(func(p Point) float64 { return Ms(p.Mean) })},
-		plot.LineChart{Title: "latency (p99)", XLabel: l, YLabel: "ms", Series: mk(func(p Point) float64 { return Ms(p.P99) })},
+		plot.LineChart{Title: "throughput", XLabel: l, YLabel: "committed txn/s", Series: mk(false, Point.Throughput)},
+		plot.LineChart{Title: "latency (mean)", XLabel: l, YLabel: "ms", Series: mk(true, func(p Point) float64 { return Ms(p.Mean) })},
+		plot.LineChart{Title: "latency (p99)", XLabel: l, YLabel: "ms", Series: mk(true, func(p Point) float64 { return Ms(p.P99) })},
 	)
 	return plot.WritePNG(path, img)
 }
