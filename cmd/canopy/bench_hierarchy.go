@@ -211,9 +211,9 @@ func runBenchHierarchy(ctx context.Context, o benchHierarchyOptions, command str
 	m := bench.ThisMachine()
 	fmt.Printf("canopy bench hierarchy\n  command:  %s\n  machine:  %s\n", command, m)
 	fmt.Printf("  workload: %d nodes in this process (replication factor %d, one user range led by each), %d objects of %d bytes, uniform keys; "+
-		"transactions of %d updates (read then write), each on a different node; closed-loop clients %v; one-way delay %v per link; "+
-		"each point %v after %v of warm-up\n\n",
-		hierbench.Nodes, o.rf, o.objects, hierbench.ValueBytes, hierbench.UpdatesPerTxn, o.clients, o.oneWay, o.limits.Duration, o.limits.Warmup)
+		"transactions of %d updates (read then write), each on a different node (distributed) or all on one node (local), distributed share %v; "+
+		"closed-loop clients %v; one-way delay %v per link; each point %v after %v of warm-up, %d round(s)\n\n",
+		hierbench.Nodes, o.rf, o.objects, hierbench.ValueBytes, hierbench.UpdatesPerTxn, o.shares, o.clients, o.oneWay, o.limits.Duration, o.limits.Warmup, o.rounds)
 	// Every system's cluster is started and loaded first; then the points
 	// are interleaved (each client count on every system in turn), so that
 	// the load of other work on the machine, which drifts over minutes,

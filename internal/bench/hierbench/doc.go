@@ -13,8 +13,17 @@
 // A System is one system under test: a cluster commit protocol (chosen at
 // init, so every system gets its own cluster) and, for the hierarchy's
 // protocols, a batch size. Systems lists every system of the thesis's
-// 4.2.1 with whether it is built; the hierarchy's are placeholders until
-// their protocols exist (the hook: give them a Setup, see System).
+// 4.2.1; SystemByName also takes a hierarchy protocol with any batch
+// ("hierarchy-locking/b25"), and ExpandSystems turns a batch-size sweep
+// (the thesis's figure 4.7) into one system per batch.
+//
+// A point may mix local and distributed transactions (its distributed
+// share): a distributed transaction updates one object on each node, a
+// local one UpdatesPerTxn objects of one node (decided by that node's leaf
+// alone under the hierarchy). Run reports each class as its own Point, and
+// ShareRatios compares local transactions' latency with distributed ones
+// added against that without (the target: local p99 within 10% at
+// 50% distributed).
 //
 // Run measures one point (a system at a number of clients) for a bounded
 // time after a warm-up: committed transactions per second, mean and p99
