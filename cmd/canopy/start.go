@@ -124,8 +124,10 @@ func init() {
 			} else {
 				logger.Info("node restarted with its data", "node", n.NodeID(), "addr", n.Addr(), "store", store)
 			}
+			// SIGHUP too: a node whose terminal or session went away stops
+			// cleanly and says so, rather than die silently (the default).
 			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 			select {
 			case s := <-sig:
 				logger.Info("stopping", "signal", s.String())

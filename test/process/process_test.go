@@ -305,16 +305,20 @@ func (c *cluster) kill9(i int) {
 
 // stop sends SIGTERM to node i and waits for a clean exit (SIGKILL after
 // stopMax).
-func (c *cluster) stop(i int) {
+func (c *cluster) stop(i int) { c.stopWith(i, syscall.SIGTERM) }
+
+// stopWith sends sig to node i and waits for a clean exit (SIGKILL after
+// stopMax).
+func (c *cluster) stopWith(i int, sig syscall.Signal) {
 	nd := c.nodes[i]
-	_ = nd.cmd.Process.Signal(syscall.SIGTERM)
+	_ = nd.cmd.Process.Signal(sig)
 	select {
 	case <-nd.exited:
 		if code := nd.cmd.ProcessState.ExitCode(); code != 0 {
-			c.t.Errorf("node %d exited with code %d after SIGTERM", i+1, code)
+			c.t.Errorf("node %d exited with code %d after %v", i+1, code, sig)
 		}
 	case <-time.After(stopMax):
-		c.t.Errorf("node %d did not exit within %v of SIGTERM; killing it", i+1, stopMax)
+		c.t.Errorf("node %d did not exit within %v of %v; killing it", i+1, stopMax, sig)
 		c.kill9(i)
 	}
 }

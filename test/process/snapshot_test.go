@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/canopy-db/canopy/client"
@@ -25,7 +26,12 @@ func TestLargeRangeCatchesUp(t *testing.T) {
 	c := newClusterWith(t, 3, []string{"--range-max-size", "off"})
 	c.mustCLI("init", "--host", c.addrs[0])
 	c.waitLive(3)
-	c.stop(2)
+	// SIGHUP (a node whose terminal went away) stops it as SIGTERM does:
+	// cleanly, and saying so in its log.
+	c.stopWith(2, syscall.SIGHUP)
+	if log := readFile(t, c.nodes[2].logPath); !strings.Contains(log, "msg=stopping signal=hangup") {
+		t.Errorf("node 3's log after SIGHUP has no stopping line:\n%s", log)
+	}
 
 	ctx := context.Background()
 	db, err := client.Open(ctx, c.addrs[:2])
