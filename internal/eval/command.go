@@ -29,6 +29,10 @@ type Context struct {
 	// the oracle after latching: an era the version adds must begin above
 	// it (txnstatus.CheckNext). 0 otherwise.
 	ScheduleTs uint64
+	// SharedLocks: the cluster runs 2pc-locking, so a non-transactional
+	// Put waits for the replicated shared locks of its key (INTENT_FOUND
+	// naming a holder; kvserver/twopc_path.go).
+	SharedLocks bool
 }
 
 // Lock is a key where a transaction holds an intent.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/canopy-db/canopy/internal/commitprotocol"
 	"github.com/canopy-db/canopy/internal/concurrency"
 	"github.com/canopy-db/canopy/internal/eval"
 	"github.com/canopy-db/canopy/internal/keys"
@@ -72,6 +73,8 @@ func (n *Node) batch(ctx context.Context, req *rpcpb.BatchRequest) *rpcpb.BatchR
 		}
 		if isPrepare(req) { // twopc_path.go
 			resp = n.withIntentWaits(ctx, rr, req, concurrency.Exclusive, n.prepareOnce)
+		} else if hasPut(req) && n.commitProtocol() == commitprotocol.TwoPCLocking {
+			resp = n.withIntentWaits(ctx, rr, req, concurrency.Exclusive, n.putOnceTwoPC) // twopc_path.go
 		} else {
 			resp = n.withIntentWaits(ctx, rr, req, concurrency.Exclusive, n.writeOnce)
 		}
@@ -291,7 +294,8 @@ func (n *Node) writeLatched(ctx context.Context, rr *rangeReplica, req *rpcpb.Ba
 	if e := checkAboveClosed(rr, writeTs); e != nil {
 		return fail(e)
 	}
-	ec := eval.Context{Desc: rr.sm.Desc(), WriteTs: writeTs, GCThreshold: gcThreshold}
+	ec := eval.Context{Desc: rr.sm.Desc(), WriteTs: writeTs, GCThreshold: gcThreshold,
+		SharedLocks: writeTs != 0 && n.commitProtocol() == commitprotocol.TwoPCLocking}
 	if eval.HasStatusScheduleWrite(req) {
 		// After latching the schedule: a version's new eras must begin
 		// above it (eval/status_schedule.go).

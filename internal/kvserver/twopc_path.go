@@ -198,6 +198,55 @@ func prepareCheck(p *rpcpb.PrepareRequest) func(*concurrency.LockTable) *rpcpb.E
 	}
 }
 
+// Non-transactional writes (Put) on a 2pc-locking cluster wait for the
+// shared locks of keys that transactions have read, as a Prepare's writes
+// do: before a Prepare, the lock is in the lock table (putCheck, under the
+// Put's latches); after it, in the key record (eval's Context.SharedLocks).
+// A conflict is INTENT_FOUND naming the holder, which withIntentWaits
+// turns into a wait in the key's queue, and which the client, if the wait
+// ends first, resolves by the holder's status like an intent. The Put's
+// timestamp is taken after the check, so it lands above the commit
+// timestamp of every transaction whose read it waited for: without the
+// wait, a transaction that read the key could commit above a Put it did
+// not see (a cycle with any reader of both).
+
+// hasPut reports whether req holds a non-transactional Put.
+func hasPut(req *rpcpb.BatchRequest) bool {
+	for _, ru := range req.Requests {
+		if ru.Method() == rpcpb.MethodPut {
+			return true
+		}
+	}
+	return false
+}
+
+// putCheck is the lock-table check of a batch of Puts (see above).
+func putCheck(req *rpcpb.BatchRequest) func(*concurrency.LockTable) *rpcpb.Error {
+	return func(t *concurrency.LockTable) *rpcpb.Error {
+		for _, ru := range req.Requests {
+			if ru.Method() != rpcpb.MethodPut {
+				continue
+			}
+			k := ru.GetPut().GetKey()
+			hs := t.Conflicting(0, k, concurrency.Exclusive)
+			if len(hs) == 0 {
+				continue
+			}
+			h := hs[0]
+			e := pbErr(rpcpb.ErrorCode_INTENT_FOUND, "transaction %d holds a %s lock at %q", h.Txn, h.Strength, k)
+			e.Intents = []*rpcpb.Intent{{Key: k, Txn: &rpcpb.TxnMeta{StartTs: uint64(h.Txn), HeartbeatKey: keys.HeartbeatKey(uint64(h.Txn))},
+				Shared: h.Strength == concurrency.Shared}}
+			return e
+		}
+		return nil
+	}
+}
+
+// putOnceTwoPC evaluates and proposes a batch of Puts after putCheck.
+func (n *Node) putOnceTwoPC(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+	return n.writeOnceChecked(ctx, rr, req, putCheck(req))
+}
+
 // prepareOnce evaluates and proposes a Prepare batch after prepareCheck.
 func (n *Node) prepareOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
 	return n.writeOnceChecked(ctx, rr, req, prepareCheck(req.Requests[0].GetPrepare()))

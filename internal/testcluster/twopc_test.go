@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/canopy-db/canopy/client"
 	"github.com/canopy-db/canopy/internal/testcluster"
@@ -145,4 +148,83 @@ func TestTwoPCBank(t *testing.T) {
 	}
 	_ = admin.Close()
 	checkReplicas(t, c)
+}
+
+// TestTwoPCPutWaitsForReadLock: on a 2pc-locking cluster a
+// non-transactional Put of a key that a running transaction has read
+// waits for that transaction's shared lock, and its version lands above
+// the transaction's commit timestamp, so the transaction's read stays the
+// value as of its commit. Before, the Put went through at once and the
+// transaction committed above a write it had not seen.
+func TestTwoPCPutWaitsForReadLock(t *testing.T) {
+	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 2, CommitProtocol: twoPC})
+	db, other := openDB(t, c), openDB(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), opDeadline)
+	defer cancel()
+	x, y := []byte("x"), []byte("y")
+	if err := db.Put(ctx, x, []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	read, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var seen []byte
+	txnDone := make(chan error, 1)
+	var last atomic.Pointer[client.Txn]
+	go func() {
+		txnDone <- db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+			v, _, err := txn.Get(ctx, x)
+			if err != nil {
+				return err
+			}
+			seen = v
+			last.Store(txn)
+			once.Do(func() { close(read); <-proceed })
+			if err := txn.Put(ctx, y, append([]byte("saw-"), v...)); err != nil {
+				return err
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-read:
+	case err := <-txnDone:
+		t.Fatalf("transaction ended before its read: %v", err)
+	}
+	putDone := make(chan error, 1)
+	go func() { putDone <- other.Put(ctx, x, []byte("new")) }()
+	// The Put must wait for the transaction's lock: either it is seen
+	// waiting in a lock table, or it finished while the lock was held.
+	for waiting := false; !waiting; {
+		select {
+		case err := <-putDone:
+			close(proceed)
+			t.Fatalf("the Put of x finished (%v) while a transaction held the shared lock of its read", err)
+		case <-ctx.Done():
+			t.Fatal("the Put neither finished nor waited for the lock")
+		case <-time.After(10 * time.Millisecond): // polling a counter; decides nothing
+		}
+		for i := range c.Addrs() {
+			if n := c.Node(i); n != nil && n.LockWaiters() > 0 {
+				waiting = true
+			}
+		}
+	}
+	close(proceed)
+	if err := <-txnDone; err != nil {
+		t.Fatalf("transaction: %v", err)
+	}
+	if err := <-putDone; err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	ct := last.Load().CommitTs()
+	if string(seen) != "old" || ct == 0 {
+		t.Fatalf("the transaction read %q, committed at %d", seen, ct)
+	}
+	kvs, err := db.ScanAt(ctx, x, []byte("x\x00"), ct, 0)
+	if err != nil || len(kvs) != 1 || string(kvs[0].Value) != "old" {
+		t.Fatalf("x at the transaction's commit timestamp %d: %v %v, want old (the Put lands above it)", ct, kvs, err)
+	}
+	if v, _, err := db.Get(ctx, x); err != nil || string(v) != "new" {
+		t.Fatalf("x now: %q %v, want new", v, err)
+	}
 }
