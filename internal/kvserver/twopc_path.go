@@ -228,15 +228,17 @@ func putCheck(req *rpcpb.BatchRequest) func(*concurrency.LockTable) *rpcpb.Error
 				continue
 			}
 			k := ru.GetPut().GetKey()
-			hs := t.Conflicting(0, k, concurrency.Exclusive)
-			if len(hs) == 0 {
-				continue
+			// Shared holders only: an exclusive holder is an intent, which
+			// the evaluation finds in storage (a holder the table still
+			// lists after its intent was resolved would only delay the Put).
+			for _, h := range t.Conflicting(0, k, concurrency.Exclusive) {
+				if h.Strength != concurrency.Shared {
+					continue
+				}
+				e := pbErr(rpcpb.ErrorCode_INTENT_FOUND, "transaction %d holds a shared lock at %q", h.Txn, k)
+				e.Intents = []*rpcpb.Intent{{Key: k, Txn: &rpcpb.TxnMeta{StartTs: uint64(h.Txn), HeartbeatKey: keys.HeartbeatKey(uint64(h.Txn))}, Shared: true}}
+				return e
 			}
-			h := hs[0]
-			e := pbErr(rpcpb.ErrorCode_INTENT_FOUND, "transaction %d holds a %s lock at %q", h.Txn, h.Strength, k)
-			e.Intents = []*rpcpb.Intent{{Key: k, Txn: &rpcpb.TxnMeta{StartTs: uint64(h.Txn), HeartbeatKey: keys.HeartbeatKey(uint64(h.Txn))},
-				Shared: h.Strength == concurrency.Shared}}
-			return e
 		}
 		return nil
 	}
