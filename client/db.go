@@ -103,15 +103,15 @@ func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) 
 // statusEncodingFor returns the status-table encoding the cluster's
 // settings name.
 func statusEncodingFor(s *rpcpb.ClusterSettings) (txnstatus.Encoding, error) {
-	switch s.GetStatusEncoding() {
-	case "", "tickets":
-		return txnstatus.NewTickets(s.GetTicketsPartitioningQuantum(), s.GetTicketsRowsPerQuantum())
-	case "tickets-mix":
-		return txnstatus.NewTicketsMix(s.GetTicketsPartitioningQuantum(), s.GetTicketsRowsPerQuantum())
-	case "v1":
-		return txnstatus.NewV1(), nil
+	name := s.GetStatusEncoding()
+	switch name {
+	case "":
+		name = "tickets" // bootstrapped before encodings were recorded
+	case "v1", "tickets", "tickets-mix":
+	default:
+		return nil, fmt.Errorf("%w: cluster uses status encoding %q, unknown to this client", ErrInternal, name)
 	}
-	return nil, fmt.Errorf("%w: cluster uses status encoding %q, unknown to this client", ErrInternal, s.GetStatusEncoding())
+	return txnstatus.Named(name, s.GetTicketsPartitioningQuantum(), s.GetTicketsRowsPerQuantum())
 }
 
 // Close stops the DB's goroutines and closes its connections. Queued

@@ -213,10 +213,9 @@ var errScanDone = errors.New("scan done")
 
 // readSchedule reads the newest version of the schedule and keeps it.
 func (db *DB) readSchedule(ctx context.Context) (*scheduleState, error) {
-	end := append(append([]byte(nil), keys.StatusSchedulePrefix[:1]...), keys.StatusSchedulePrefix[1]+1)
 	var found *scheduleState
 	// The newest version sorts first: one pair is enough.
-	err := db.sender.plainScanLimit(ctx, keys.StatusSchedulePrefix, end, 1, func(k, v []byte) error {
+	err := db.sender.plainScanLimit(ctx, keys.StatusSchedulePrefix, keys.StatusScheduleEnd, 1, func(k, v []byte) error {
 		ver, err := keys.StatusScheduleVersion(k)
 		if err != nil {
 			return fmt.Errorf("%w: %w: %w", ErrInternal, errBadStatus, err)
@@ -296,26 +295,14 @@ func (db *DB) SetStatusEncoding(ctx context.Context, name string) (StatusSchedul
 	if !db.schedule.enabled {
 		return StatusSchedule{}, invalidArgf("this cluster was bootstrapped before the status encoding schedule existed (or the client was given Options.StatusEncoding): its status encoding cannot change")
 	}
-	var enc txnstatus.Encoding
-	switch name {
-	case "v1":
-		enc = txnstatus.NewV1()
-	case "tickets", "tickets-mix":
-		newEnc := txnstatus.NewTickets
-		if name == "tickets-mix" {
-			newEnc = txnstatus.NewTicketsMix
-		}
-		var err error
-		if enc, err = newEnc(db.settings.GetTicketsPartitioningQuantum(), db.settings.GetTicketsRowsPerQuantum()); err != nil {
-			return StatusSchedule{}, invalidArgf("%v", err)
-		}
-	default:
-		return StatusSchedule{}, invalidArgf("status encoding %q: want v1, tickets or tickets-mix", name)
+	enc, err := txnstatus.Named(name, db.settings.GetTicketsPartitioningQuantum(), db.settings.GetTicketsRowsPerQuantum())
+	if err != nil {
+		return StatusSchedule{}, invalidArgf("%v", err)
 	}
 	db.schedule.mu.Lock()
 	defer db.schedule.mu.Unlock()
 	lead := uint64(StatusCutoverLead.Milliseconds()) << tso.DefaultLogicalBits
-	err := db.writeSchedule(ctx, func(s txnstatus.Schedule) (txnstatus.Schedule, bool, error) {
+	err = db.writeSchedule(ctx, func(s txnstatus.Schedule) (txnstatus.Schedule, bool, error) {
 		if txnstatus.SameEncoding(s.Last(), enc) {
 			return s, false, invalidArgf("the status encoding is already %s (from start timestamp %d)", name, s.Eras[len(s.Eras)-1].From)
 		}

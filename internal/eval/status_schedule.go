@@ -60,9 +60,6 @@ const StatusSchedulePruneMax = 64
 // IsStatusScheduleKey reports whether key is under keys.StatusSchedulePrefix.
 func IsStatusScheduleKey(key []byte) bool { return bytes.HasPrefix(key, keys.StatusSchedulePrefix) }
 
-// statusScheduleEnd bounds the schedule's keys.
-var statusScheduleEnd = []byte{keys.StatusSchedulePrefix[0], keys.StatusSchedulePrefix[1] + 1}
-
 // WritesStatusScheduleKey reports whether the write request ru writes a
 // key under keys.StatusSchedulePrefix with a request other than
 // PlainPutUnlessExists, which the server refuses.
@@ -102,7 +99,7 @@ func HasStatusScheduleWrite(req *rpcpb.BatchRequest) bool {
 // reads the newest version and prunes old ones) and the cluster settings
 // (version 0's encoding).
 func declareStatusSchedule(add func(concurrency.LatchSpan)) {
-	add(spanOf(keys.StatusSchedulePrefix, statusScheduleEnd, concurrency.Write))
+	add(spanOf(keys.StatusSchedulePrefix, keys.StatusScheduleEnd, concurrency.Write))
 	add(pointSpan(keys.ClusterSettingsKey, concurrency.Read))
 }
 
@@ -157,7 +154,7 @@ func evalStatusSchedulePut(c Context, rw storage.ReadWriter, p *rpcpb.PlainPutUn
 	}
 	if version > StatusScheduleVersionsKept {
 		// Versions sort newest first: those from version-Kept down.
-		old, _, err := mvcc.ScanPlain(rw, keys.StatusScheduleKey(version-StatusScheduleVersionsKept), statusScheduleEnd, StatusSchedulePruneMax)
+		old, _, err := mvcc.ScanPlain(rw, keys.StatusScheduleKey(version-StatusScheduleVersionsKept), keys.StatusScheduleEnd, StatusSchedulePruneMax)
 		if err != nil {
 			return nil, Error(err)
 		}
@@ -173,7 +170,7 @@ func evalStatusSchedulePut(c Context, rw storage.ReadWriter, p *rpcpb.PlainPutUn
 // newestStatusSchedule returns the newest stored version and its value;
 // version 0 and no value if none is stored.
 func newestStatusSchedule(r storage.Reader) (uint64, []byte, error) {
-	kvs, _, err := mvcc.ScanPlain(r, keys.StatusSchedulePrefix, statusScheduleEnd, 1)
+	kvs, _, err := mvcc.ScanPlain(r, keys.StatusSchedulePrefix, keys.StatusScheduleEnd, 1)
 	if err != nil || len(kvs) == 0 {
 		return 0, nil, err
 	}

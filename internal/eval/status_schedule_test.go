@@ -79,7 +79,7 @@ func putScheduleReq(version uint64, value []byte) *rpcpb.RequestUnion {
 // versions returns the stored versions, newest first.
 func (f *scheduleFixture) versions() []uint64 {
 	f.t.Helper()
-	kvs, _, err := mvcc.ScanPlain(f.eng, keys.StatusSchedulePrefix, statusScheduleEnd, 0)
+	kvs, _, err := mvcc.ScanPlain(f.eng, keys.StatusSchedulePrefix, keys.StatusScheduleEnd, 0)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -50,9 +50,11 @@ var (
 	// StatusSchedulePrefix + ^version (8 bytes big endian): the versions of
 	// the status encoding schedule (txnstatus.Schedule), newest first.
 	StatusSchedulePrefix = []byte{0x00, 'e'}
-	StatusPrefix         = []byte{0x00, 's'}
-	UserPrefix           = []byte{0x01}
-	UserEnd              = []byte{0x02}
+	// StatusScheduleEnd bounds the schedule's versions.
+	StatusScheduleEnd = []byte{0x00, 'e' + 1}
+	StatusPrefix      = []byte{0x00, 's'}
+	UserPrefix        = []byte{0x01}
+	UserEnd           = []byte{0x02}
 )
 
 // Limits on user input, enforced by client and server (InvalidArgument).

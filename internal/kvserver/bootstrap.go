@@ -104,9 +104,6 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 	if settings.StatusEncoding == "" {
 		settings.StatusEncoding = DefaultStatusEncoding
 	}
-	if settings.StatusEncoding != "tickets" && settings.StatusEncoding != "tickets-mix" && settings.StatusEncoding != "v1" {
-		return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "status encoding %q is not one of tickets, tickets-mix, v1", settings.StatusEncoding)
-	}
 	if settings.TicketsPartitioningQuantum == 0 {
 		settings.TicketsPartitioningQuantum = DefaultPartitioningQuantum
 	}
@@ -116,10 +113,8 @@ func (n *Node) bootstrap(ctx context.Context, req *rpcpb.BootstrapRequest) (*rpc
 	if _, err := txnstatus.NewTickets(settings.TicketsPartitioningQuantum, settings.TicketsRowsPerQuantum); err != nil {
 		return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "tickets encoding: %v", err)
 	}
-	if settings.StatusEncoding == "tickets-mix" {
-		if _, err := txnstatus.NewTicketsMix(settings.TicketsPartitioningQuantum, settings.TicketsRowsPerQuantum); err != nil {
-			return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "tickets-mix encoding: %v", err)
-		}
+	if _, err := txnstatus.Named(settings.StatusEncoding, settings.TicketsPartitioningQuantum, settings.TicketsRowsPerQuantum); err != nil {
+		return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "%v", err)
 	}
 	cp, perr := commitprotocol.Check(settings.CommitProtocol)
 	if perr != nil {

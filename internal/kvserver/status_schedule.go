@@ -128,9 +128,8 @@ func (n *Node) refreshSchedule(seen *txnstatus.Schedule) *txnstatus.Schedule {
 // leaseholder (here or on another node, following hints); nil if none is
 // stored yet.
 func (n *Node) readStatusSchedule(ctx context.Context) (*txnstatus.Schedule, error) {
-	end := []byte{keys.StatusSchedulePrefix[0], keys.StatusSchedulePrefix[1] + 1}
 	req := &rpcpb.BatchRequest{RangeId: OracleRangeID, Requests: []*rpcpb.RequestUnion{{Value: &rpcpb.RequestUnion_PlainScan{
-		PlainScan: &rpcpb.PlainScanRequest{Start: keys.StatusSchedulePrefix, End: end, Limit: 1}}}}}
+		PlainScan: &rpcpb.PlainScanRequest{Start: keys.StatusSchedulePrefix, End: keys.StatusScheduleEnd, Limit: 1}}}}}
 	target := n.r1Leader()
 	var last error
 	for range MetaHintsMax {

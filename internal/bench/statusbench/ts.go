@@ -1,7 +1,6 @@
 package statusbench
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -9,19 +8,9 @@ import (
 	"github.com/canopy-db/canopy/internal/txnstatus"
 )
 
-// Encoding returns the status-table encoding named "v1" or "tickets" (with
-// the default PQ and NP).
-func Encoding(name string) (txnstatus.Encoding, error) {
-	switch name {
-	case "v1":
-		return txnstatus.NewV1(), nil
-	case "tickets":
-		return txnstatus.NewTickets(0, 0)
-	case "tickets-mix":
-		return txnstatus.NewTicketsMix(0, 0)
-	}
-	return nil, fmt.Errorf("status encoding %q: want v1, tickets or tickets-mix", name)
-}
+// Encoding returns the status-table encoding named "v1", "tickets" or
+// "tickets-mix", with the default PQ and NP.
+func Encoding(name string) (txnstatus.Encoding, error) { return txnstatus.Named(name, 0, 0) }
 
 // logicalBits is the oracle's default: a timestamp is wall-clock
 // milliseconds << 18 plus a counter (internal/tso).
