@@ -141,9 +141,11 @@ func (db *DB) ensureSchedule(ctx context.Context, extend bool, tss ...uint64) er
 }
 
 // scheduleUnits is Options.StatusScheduleExtension in timestamp units.
-func (db *DB) scheduleUnits() uint64 {
-	return uint64(db.opts.StatusScheduleExtension.Milliseconds()) << tso.DefaultLogicalBits
-}
+func (db *DB) scheduleUnits() uint64 { return tsUnits(db.opts.StatusScheduleExtension) }
+
+// tsUnits is d in timestamp units (milliseconds above the oracle's
+// logical bits).
+func tsUnits(d time.Duration) uint64 { return uint64(d.Milliseconds()) << tso.DefaultLogicalBits }
 
 func (db *DB) extendSchedule(ctx context.Context, ts uint64) error {
 	db.schedule.mu.Lock()
@@ -301,7 +303,7 @@ func (db *DB) SetStatusEncoding(ctx context.Context, name string) (StatusSchedul
 	}
 	db.schedule.mu.Lock()
 	defer db.schedule.mu.Unlock()
-	lead := uint64(StatusCutoverLead.Milliseconds()) << tso.DefaultLogicalBits
+	lead := tsUnits(StatusCutoverLead)
 	err = db.writeSchedule(ctx, func(s txnstatus.Schedule) (txnstatus.Schedule, bool, error) {
 		if txnstatus.SameEncoding(s.Last(), enc) {
 			return s, false, invalidArgf("the status encoding is already %s (from start timestamp %d)", name, s.Eras[len(s.Eras)-1].From)

@@ -304,8 +304,7 @@ func (r *hierarchyRun) point(ctx context.Context, o benchHierarchyOptions, n int
 		fmt.Fprintf(os.Stderr, "%s: waited %v for lease fences before the point\n", r.system.Name, w.Round(100*time.Millisecond))
 	}
 	r.delayer.SetOneWay(o.oneWay)
-	before := validatorCounts(r.cluster)
-	diagBefore := hierarchyDiag(r.cluster)
+	before, diagBefore := hierarchySums(r.cluster)
 	// Watch the fences while the point runs (warm-up included): the time
 	// during which some range refused hierarchy parts.
 	var fenced time.Duration
@@ -333,7 +332,8 @@ func (r *hierarchyRun) point(ctx context.Context, o benchHierarchyOptions, n int
 	for i := range ps {
 		ps[i].Fenced = fenced
 	}
-	if d := hierarchyDiag(r.cluster).sub(diagBefore); d != (hierDiag{}) {
+	after, diagAfter := hierarchySums(r.cluster)
+	if d := diagAfter.sub(diagBefore); d != (hierDiag{}) {
 		fmt.Fprintf(os.Stderr, "%s at %d clients, share %.2f: %+v\n", r.system.Name, n, share, d)
 		for i := range ps {
 			ps[i].Resent, ps[i].Forgotten = d.Resent, d.Forgotten
@@ -346,11 +346,10 @@ func (r *hierarchyRun) point(ctx context.Context, o benchHierarchyOptions, n int
 		// Counted by the validators themselves (warm-up included):
 		// messages (parts, votes, decisions, results, watermarks, raises)
 		// and steps per transaction decided, both classes together.
-		d := validatorCounts(r.cluster)
-		if decided := d.Decided - before.Decided; decided > 0 {
+		if decided := after.Decided - before.Decided; decided > 0 {
 			for i := range ps {
-				ps[i].ProtocolMessagesPerTxn = float64(d.Messages()-before.Messages()) / float64(decided)
-				ps[i].ProtocolStepsPerTxn = (d.Steps - before.Steps) / float64(decided)
+				ps[i].ProtocolMessagesPerTxn = float64(after.Messages()-before.Messages()) / float64(decided)
+				ps[i].ProtocolStepsPerTxn = (after.Steps - before.Steps) / float64(decided)
 			}
 		}
 	}
@@ -478,8 +477,11 @@ func (d hierDiag) sub(e hierDiag) hierDiag {
 	return hierDiag{d.Resent - e.Resent, d.Forgotten - e.Forgotten, d.Refused - e.Refused, d.Dropped - e.Dropped, d.AgedAborts - e.AgedAborts}
 }
 
-// hierarchyDiag sums hierDiag over the cluster's nodes.
-func hierarchyDiag(c *testcluster.Cluster) hierDiag {
+// hierarchySums sums, in one look at each node's hierarchy status, the
+// validators' counts (zero for the other protocols) and hierDiag over the
+// cluster's nodes.
+func hierarchySums(c *testcluster.Cluster) (hierarchy.Counts, hierDiag) {
+	var sum hierarchy.Counts
 	var d hierDiag
 	for i := range c.Addrs() {
 		if n := c.Node(i); n != nil {
@@ -487,25 +489,10 @@ func hierarchyDiag(c *testcluster.Cluster) hierDiag {
 			d.Dropped += st.Dropped
 			d.AgedAborts += st.AgedAborts
 			for _, v := range st.Validators {
-				d.Resent += int64(v.Counts.Resent)
-				d.Forgotten += int64(v.Counts.Forgotten)
-				d.Refused += int64(v.Counts.Refused)
-			}
-		}
-	}
-	return d
-}
-
-// validatorCounts sums the hierarchy validators' counts over the cluster's
-// nodes (zero for the other protocols).
-func validatorCounts(c *testcluster.Cluster) hierarchy.Counts {
-	var sum hierarchy.Counts
-	for i := range c.Addrs() {
-		if n := c.Node(i); n != nil {
-			for _, v := range n.HierarchyStatus().Validators {
 				sum = sum.Add(v.Counts)
 			}
 		}
 	}
-	return sum
+	d.Resent, d.Forgotten, d.Refused = int64(sum.Resent), int64(sum.Forgotten), int64(sum.Refused)
+	return sum, d
 }
