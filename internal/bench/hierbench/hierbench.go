@@ -400,6 +400,9 @@ func txnOf(ctx context.Context, db *client.DB, k Keyspace, rng *rand.Rand, local
 type classStats struct {
 	lats    []time.Duration
 	retries int64
+	// failed counts the class's transactions that gave up (any time,
+	// warm-up included, without mu).
+	failed atomic.Int64
 }
 
 // Run measures system at clients closed-loop clients, of whose
@@ -421,7 +424,6 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 	var measuring atomic.Bool
 	var mu sync.Mutex
 	var local, dist classStats
-	var failed [2]atomic.Int64 // [distributed, local]
 	var firstErr error
 	runCtx, cancel := context.WithTimeout(ctx, l.Warmup+l.Duration)
 	defer cancel()
@@ -439,12 +441,12 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 				if runCtx.Err() != nil {
 					return // cut by the end of the point: not counted
 				}
-				cs, fi := &dist, 0
+				cs := &dist
 				if isLocal {
-					cs, fi = &local, 1
+					cs = &local
 				}
 				if err != nil {
-					failed[fi].Add(1)
+					cs.failed.Add(1)
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = err
@@ -488,7 +490,7 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 		steps = float64(after.steps-before.steps) / commits
 	}
 	var out []Point
-	for i, c := range []struct {
+	for _, c := range []struct {
 		class string
 		cs    *classStats
 		runs  bool
@@ -497,7 +499,7 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 			continue
 		}
 		p := Point{System: system, Clients: clients, Share: share, Class: c.class, Txns: int64(len(c.cs.lats)), Seconds: secs,
-			Failed: failed[i].Load(), AbortedAttempts: c.cs.retries, OneWayMs: float64(r.Delayer.oneWayNs.Load()) / 1e6,
+			Failed: c.cs.failed.Load(), AbortedAttempts: c.cs.retries, OneWayMs: float64(r.Delayer.oneWayNs.Load()) / 1e6,
 			RPCsPerTxn: rpcs, ProtocolMessagesPerTxn: msgs, ProtocolStepsPerTxn: steps}
 		p.Mean, p.P99 = meanP99(c.cs.lats)
 		out = append(out, p)
