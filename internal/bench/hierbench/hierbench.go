@@ -52,6 +52,12 @@ type System struct {
 	Built bool
 }
 
+// isHierarchy reports whether p is one of the hierarchy protocols (the
+// systems with a batch size).
+func isHierarchy(p client.Protocol) bool {
+	return p == client.ProtocolHierarchyLocking || p == client.ProtocolHierarchyTimestamps
+}
+
 // Systems returns every system of the thesis's 4.2.1 and Canopy's default
 // protocol, in the order tables list them.
 func Systems() []System {
@@ -81,7 +87,7 @@ func SystemByName(name string) (System, bool) {
 		return System{}, false
 	}
 	p := client.Protocol(proto)
-	if p != client.ProtocolHierarchyLocking && p != client.ProtocolHierarchyTimestamps {
+	if !isHierarchy(p) {
 		return System{}, false
 	}
 	n, err := strconv.Atoi(b)
@@ -117,8 +123,7 @@ func ExpandSystems(names []string, batches []int) ([]System, error) {
 	for _, name := range names {
 		proto, _, _ := strings.Cut(name, "/b")
 		p := client.Protocol(proto)
-		hier := p == client.ProtocolHierarchyLocking || p == client.ProtocolHierarchyTimestamps
-		if hier && len(batches) > 0 {
+		if isHierarchy(p) && len(batches) > 0 {
 			for _, b := range batches {
 				s, _ := SystemByName(fmt.Sprintf("%s/b%d", p, b))
 				if err := add(s); err != nil {
@@ -129,7 +134,7 @@ func ExpandSystems(names []string, batches []int) ([]System, error) {
 		}
 		s, ok := SystemByName(name)
 		if !ok {
-			if hier && name == proto {
+			if isHierarchy(p) && name == proto {
 				return nil, fmt.Errorf("hierbench: system %q needs a batch (%s/b10) or a batch-size sweep", name, name)
 			}
 			return nil, fmt.Errorf("hierbench: unknown system %q (%s, or a hierarchy protocol with /b1 to /b%d)", name, Names(), BatchMax)
