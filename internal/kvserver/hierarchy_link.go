@@ -90,6 +90,7 @@ func (s *hierarchyService) Commit(ctx context.Context, req *rpcpb.HierCommitRequ
 	}
 }
 
+// partKeys lists a part's keys (reads and writes).
 func partKeys(req *rpcpb.HierCommitRequest) [][]byte {
 	ks := append([][]byte(nil), req.Reads...)
 	for _, w := range req.Writes {

@@ -45,8 +45,8 @@ type hierLoop struct {
 	// carry is an input taken from the inbox that waits for the next
 	// round (round).
 	carry *hierInput
-	// acc is what takePart took out of the validator's Ready (to write
-	// the parts' intents under their latches) and left for carryOut.
+	// acc is what the parts' Readies (proposePart) left for carryOut, once
+	// finishParts has written their intents under their latches.
 	acc hierarchy.Ready
 	// overrides: decisions the status table holds otherwise than the core
 	// made them; overrideOrder bounds them (oldest dropped first).
@@ -170,8 +170,8 @@ func (l *hierLoop) run() {
 const hierRoundPartsMax = 64
 
 // round takes first and whatever else is queued (up to hierRoundPartsMax
-// parts), in order. Parts go through steps 1-3 of takePart (latches and
-// the storage check, no access to the core) in parallel, since the parts
+// parts), in order. Parts go through steps 1-3 (checkPart, hierarchy_part.go:
+// latches and the storage check, no access to the core) in parallel, since the parts
 // of one round touch disjoint keys: this is where a leaf's validation
 // uses more than one core. Then, in arrival order, messages and observes
 // apply and each checked part is proposed (step 4, the core's check);
@@ -194,7 +194,7 @@ func (l *hierLoop) round(first hierInput) {
 	parts := 0
 	add := func(in hierInput) bool {
 		if in.part != nil {
-			ks := keysOf(in.part.req)
+			ks := partKeys(in.part.req)
 			for _, k := range ks {
 				if latched[string(k)] {
 					l.carry = &in
@@ -258,12 +258,10 @@ func (l *hierLoop) round(first hierInput) {
 	}
 }
 
-// take applies one input to the validator (a part carries out its own
-// first step under its latches).
+// take applies a message or an observe to the validator (parts go
+// through round's steps, hierarchy_part.go).
 func (l *hierLoop) take(in hierInput) {
 	switch {
-	case in.part != nil:
-		l.takePart(in.part) // hierarchy_part.go
 	case in.msg != nil:
 		if err := l.v.Step(*in.msg); err != nil {
 			l.rt.n.log.Warn("hierarchy: message refused", "validator", l.id, "err", err)
@@ -282,7 +280,7 @@ func (l *hierLoop) carryOut() {
 	for round := 0; round < 4 && (l.v.HasReady() || !l.acc.Empty()); round++ {
 		rd := mergeReady(l.acc, l.v.Ready())
 		l.acc = hierarchy.Ready{}
-		// Parts: made durable with their intents in takePart.
+		// Parts: made durable with their intents in finishParts.
 		if !l.persist(rd.Decisions) {
 			// Not durable: nothing that depends on them may leave.
 			rd.Messages, rd.Resolve = l.withoutUndecided(rd)

@@ -45,7 +45,8 @@ func (n *Node) replicaForKey(k []byte) *rangeReplica {
 	return nil
 }
 
-// takePart is the leaf's handling of a part (its loop's goroutine):
+// The leaf's handling of a part, on its loop's goroutine (hierLoop.round:
+// steps 1-3 in checkPart, 4 in proposePart, 5 in finishParts):
 //
 //  1. Every key must lie in a range this node leads, with its lease fence
 //     passed (else NOT_LEASEHOLDER: nothing happens, the client aborts
@@ -66,13 +67,8 @@ func (n *Node) replicaForKey(k []byte) *rangeReplica {
 //     range, each releasing that range's latches once applied; the other
 //     latches are released. The vote (or decision) is in the Ready left
 //     for carryOut, so it leaves only after the intents are durable.
-func (l *hierLoop) takePart(in *hierPartIn) {
-	if pp := l.preparePart(in); pp != nil {
-		l.finishParts([]*preparedPart{pp})
-	}
-}
 
-// preparedPart is a part through steps 1-4 of takePart, holding its
+// preparedPart is a part through steps 1-4 (above), holding its
 // latches, its intents not yet written.
 type preparedPart struct {
 	in        *hierPartIn
@@ -88,26 +84,7 @@ type preparedPart struct {
 	perr     error
 }
 
-// keysOf lists a part's keys (reads and writes).
-func keysOf(req *rpcpb.HierCommitRequest) [][]byte {
-	ks := append([][]byte(nil), req.Reads...)
-	for _, w := range req.Writes {
-		ks = append(ks, w.Key)
-	}
-	return ks
-}
-
-// preparePart is steps 1-4 of takePart; nil if the part was refused (its
-// reply sent, nothing held).
-func (l *hierLoop) preparePart(in *hierPartIn) *preparedPart {
-	pp := l.checkPart(in)
-	if pp != nil {
-		l.proposePart(pp)
-	}
-	return pp
-}
-
-// checkPart is steps 1-3 of takePart: it touches neither the validator
+// checkPart is steps 1-3 (above): it touches neither the validator
 // core nor the loop's state, so the parts of one round (disjoint keys)
 // are checked in parallel (round). nil if the part was refused (its reply
 // sent, nothing held).
@@ -185,7 +162,7 @@ func (l *hierLoop) checkPart(in *hierPartIn) *preparedPart {
 		}
 	}
 	conflict := false
-	for _, k := range keysOf(req) {
+	for _, k := range partKeys(req) {
 		err := mvcc.Refresh(n.eng, k, nil, req.StartTs, math.MaxUint64, req.StartTs)
 		var rc *mvcc.ReadConflictError
 		switch {
@@ -201,7 +178,7 @@ func (l *hierLoop) checkPart(in *hierPartIn) *preparedPart {
 	return pp
 }
 
-// proposePart is step 4 of takePart, on the loop's goroutine: the read
+// proposePart is step 4 (above), on the loop's goroutine: the read
 // floor observed after the part's latches were taken, then Propose.
 func (l *hierLoop) proposePart(pp *preparedPart) {
 	n, req, txn := l.rt.n, pp.in.req, pp.txn
@@ -242,7 +219,7 @@ func (pp *preparedPart) release() {
 	}
 }
 
-// finishParts is step 5 of takePart for prepared parts taken in order:
+// finishParts is step 5 (above) for prepared parts taken in order:
 // their intents are written concurrently (concurrent proposals share
 // Raft's batched appends), every latch is released, and their Readies are
 // left, in order, for carryOut.
