@@ -173,6 +173,17 @@ func (rr *rangeReplica) acquireShared(term uint64, txn concurrency.TxnID, ks [][
 	return nil
 }
 
+// holderConflict is the conflict with lock holder h at key k, with code:
+// its intent names h (marked shared for a shared lock), so that
+// withIntentWaits waits for it in the key's queue and the client resolves
+// it by h's status.
+func holderConflict(code rpcpb.ErrorCode, k []byte, h concurrency.HolderInfo) *rpcpb.Error {
+	e := pbErr(code, "transaction %d holds a %s lock at %q", h.Txn, h.Strength, k)
+	e.Intents = []*rpcpb.Intent{{Key: k, Txn: &rpcpb.TxnMeta{StartTs: uint64(h.Txn), HeartbeatKey: keys.HeartbeatKey(uint64(h.Txn))},
+		Shared: h.Strength == concurrency.Shared}}
+	return e
+}
+
 // prepareCheck is the check a Prepare makes in the lock table under its
 // latches, before it evaluates (see above).
 func prepareCheck(p *rpcpb.PrepareRequest) func(*concurrency.LockTable) *rpcpb.Error {
@@ -188,11 +199,7 @@ func prepareCheck(p *rpcpb.PrepareRequest) func(*concurrency.LockTable) *rpcpb.E
 			if len(hs) == 0 {
 				continue
 			}
-			h := hs[0]
-			e := pbErr(rpcpb.ErrorCode_WRITE_CONFLICT, "transaction %d holds a %s lock at %q", h.Txn, h.Strength, w.GetKey())
-			e.Intents = []*rpcpb.Intent{{Key: w.GetKey(), Txn: &rpcpb.TxnMeta{StartTs: uint64(h.Txn), HeartbeatKey: keys.HeartbeatKey(uint64(h.Txn))},
-				Shared: h.Strength == concurrency.Shared}}
-			return e
+			return holderConflict(rpcpb.ErrorCode_WRITE_CONFLICT, w.GetKey(), hs[0])
 		}
 		return nil
 	}
@@ -235,9 +242,7 @@ func putCheck(req *rpcpb.BatchRequest) func(*concurrency.LockTable) *rpcpb.Error
 				if h.Strength != concurrency.Shared {
 					continue
 				}
-				e := pbErr(rpcpb.ErrorCode_INTENT_FOUND, "transaction %d holds a shared lock at %q", h.Txn, k)
-				e.Intents = []*rpcpb.Intent{{Key: k, Txn: &rpcpb.TxnMeta{StartTs: uint64(h.Txn), HeartbeatKey: keys.HeartbeatKey(uint64(h.Txn))}, Shared: true}}
-				return e
+				return holderConflict(rpcpb.ErrorCode_INTENT_FOUND, k, h)
 			}
 		}
 		return nil
