@@ -276,6 +276,35 @@ func (c *fakeCluster) freezeNode(id uint64) (thaw func()) {
 	}
 }
 
+// freezeAfterApply: the first batch that applies successfully and that
+// match accepts makes its node answer nothing from then on (freezeNode)
+// and every lease move to node 2; its own reply waits until release is
+// called, and is then lost. release also thaws the node; call it once the
+// call under test has returned. matched counts the batches match accepted
+// that applied.
+func (c *fakeCluster) freezeAfterApply(match func(node uint64, req *rpcpb.BatchRequest) bool) (matched *atomic.Int32, release func()) {
+	matched = &atomic.Int32{}
+	released := make(chan struct{})
+	thawed := make(chan func(), 1)
+	c.setAfterBatch(func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse {
+		if resp.GetError() != nil || !match(node, req) || matched.Add(1) != 1 {
+			return nil
+		}
+		thawed <- c.freezeNode(node)
+		c.setAllLeaseholders(2)
+		<-released
+		return lostReply
+	})
+	return matched, func() {
+		close(released)
+		select {
+		case thaw := <-thawed:
+			thaw()
+		default:
+		}
+	}
+}
+
 // waitFrozen blocks while node n is frozen, until ctx ends.
 func (n *fakeNode) waitFrozen(ctx context.Context) error {
 	if ch := n.frozen.Load(); ch != nil {

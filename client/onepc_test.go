@@ -107,19 +107,9 @@ func TestOnePCCancelledByProbeIsSettled(t *testing.T) {
 		o.ProbeAfter, o.ProbeTimeout = 50*time.Millisecond, 100*time.Millisecond
 		o.SendAttemptsMax = 5
 	})
-	release := make(chan struct{})
-	thawed := make(chan func(), 1)
-	var applied atomic.Bool
-	c.setAfterBatch(func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse {
-		if node != 1 || !isOnePC(req) || resp.GetError() != nil || !applied.CompareAndSwap(false, true) {
-			return nil
-		}
-		// Applied; node 1 now answers nothing, and node 2 takes the lease.
-		thawed <- c.freezeNode(1)
-		c.setAllLeaseholders(2)
-		<-release
-		return lostReply
-	})
+	// Applied at node 1; node 1 then answers nothing, and node 2 takes
+	// the lease.
+	applied, release := c.freezeAfterApply(func(node uint64, req *rpcpb.BatchRequest) bool { return node == 1 && isOnePC(req) })
 	c.setBeforeBatch(func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
 		if node != 1 && isOnePC(req) {
 			return errResp(rpcpb.ErrorCode_UNAVAILABLE, "fake: no quorum for a resend")
@@ -131,13 +121,8 @@ func TestOnePCCancelledByProbeIsSettled(t *testing.T) {
 		attempts++
 		return txn.CommitWith(ctx, Write{Key: []byte("a"), Value: []byte("1")})
 	})
-	close(release)
-	select {
-	case thaw := <-thawed:
-		thaw()
-	default:
-	}
-	if !applied.Load() {
+	release()
+	if applied.Load() == 0 {
 		t.Fatal("the one-phase commit never applied")
 	}
 	if err != nil || attempts != 1 {

@@ -445,28 +445,12 @@ func TestPutCancelledByProbeIsNotResent(t *testing.T) {
 		o.ProbeAfter, o.ProbeTimeout = 50*time.Millisecond, 100*time.Millisecond
 		o.SendAttemptsMax = 5
 	})
-	release := make(chan struct{})
-	thawed := make(chan func(), 1)
-	var puts atomic.Int32
-	c.setAfterBatch(func(node uint64, req *rpcpb.BatchRequest, resp *rpcpb.BatchResponse) *rpcpb.BatchResponse {
-		if _, ok := req.Requests[0].Value.(*rpcpb.RequestUnion_Put); !ok || resp.GetError() != nil {
-			return nil
-		}
-		if puts.Add(1) != 1 {
-			return nil
-		}
-		thawed <- c.freezeNode(1)
-		c.setAllLeaseholders(2)
-		<-release
-		return lostReply
+	puts, release := c.freezeAfterApply(func(_ uint64, req *rpcpb.BatchRequest) bool {
+		_, ok := req.Requests[0].Value.(*rpcpb.RequestUnion_Put)
+		return ok
 	})
 	err := db.Put(context.Background(), []byte("k"), []byte("a"))
-	close(release)
-	select {
-	case thaw := <-thawed:
-		thaw()
-	default:
-	}
+	release()
 	if !errors.Is(err, ErrAmbiguous) {
 		t.Fatalf("err = %v, want ErrAmbiguous", err)
 	}
