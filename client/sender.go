@@ -409,7 +409,7 @@ var errRegroupMayHaveApplied = fmt.Errorf("%w after an attempt that may have app
 // ErrAmbiguous if it claims that nothing was written (ErrUnavailable):
 // the regrouped batch's own routing loop cannot know of that attempt.
 func ambiguousAfterRegroup(err error) error {
-	if err == nil || !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrAmbiguous) {
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrAmbiguous) {
 		return err
 	}
 	// %v, not %w: the error must no longer say "nothing was written".
@@ -503,7 +503,7 @@ func (s *sender) sendPointsWith(ctx context.Context, write, async bool, reqs []*
 				}
 			case errors.Is(r.err, errRegroup):
 				next = append(next, groups[gi]...)
-				if write && errors.Is(r.err, errRegroupMayHaveApplied) {
+				if errors.Is(r.err, errRegroupMayHaveApplied) {
 					mayHaveApplied = true
 				}
 			case errors.As(r.err, &ke):

@@ -223,3 +223,32 @@ func TestShareRatios(t *testing.T) {
 		t.Errorf("verdicts:\n%s", out)
 	}
 }
+
+// TestAxisPlace: each plot axis puts a point at its x value on its line:
+// clients, batch size (systems without a batch have no place there) and
+// the distributed share in percent.
+func TestAxisPlace(t *testing.T) {
+	h := Point{System: "hierarchy-locking/b10", Clients: 50, Share: 0.5, Class: ClassLocal, Round: 1}
+	p2 := Point{System: "2pc-locking", Clients: 50, Share: 1, Class: ClassDistributed}
+	for _, tc := range []struct {
+		a         Axis
+		p         Point
+		showShare bool
+		showRound bool
+		x         float64
+		series    string
+		ok        bool
+	}{
+		{AxisClients, h, false, false, 50, "hierarchy-locking/b10", true},
+		{AxisClients, h, true, true, 50, "hierarchy-locking/b10 share 0.5 local r1", true},
+		{AxisBatch, h, false, false, 10, "hierarchy-locking local", true},
+		{AxisBatch, p2, false, false, 0, "", false},
+		{AxisShare, h, false, false, 50, "hierarchy-locking/b10 local", true},
+		{AxisShare, p2, false, false, 100, "2pc-locking distributed", true},
+	} {
+		x, series, ok := tc.a.place(tc.p, tc.showShare, tc.showRound)
+		if x != tc.x || series != tc.series || ok != tc.ok {
+			t.Errorf("axis %d, %s: place = %v %q %v, want %v %q %v", tc.a, tc.p.System, x, series, ok, tc.x, tc.series, tc.ok)
+		}
+	}
+}
