@@ -88,6 +88,9 @@ func (w *statusWrites) put(ctx context.Context, key, value []byte) (*rpcpb.Plain
 	}
 	rid := e.desc.GetRangeId()
 	c := &statusCell{key: key, value: value, done: make(chan statusResult, 1)}
+	// The batch is sent on the DB's context, so the caller's wait for it
+	// (a consensus round) is counted here, on the caller's (RoundCounter).
+	defer waitForRound(ctx, true)()
 	w.mu.Lock()
 	q := w.mu.queues[rid]
 	if q == nil {

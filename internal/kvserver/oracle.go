@@ -120,6 +120,7 @@ func (n *Node) allocateLocal(ctx context.Context, count uint32) (uint64, *rpcpb.
 		return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle: %v", err)
 	}
 	if st := rr.r.Status(); st.LeaseValid(time.Now()) && st.Term == term {
+		rr.r.NoteLeaseRead()
 		return first, nil
 	}
 	if err := rr.r.ReadIndex(ctx); err != nil {

@@ -208,6 +208,7 @@ func (n *Node) readOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchR
 				byLease = false
 				continue
 			}
+			rr.r.NoteLeaseRead()
 		}
 		defer snap.Close()
 		gcThreshold, err := rr.sm.gcThreshold()

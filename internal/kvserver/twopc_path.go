@@ -114,6 +114,7 @@ func (n *Node) lockingReadOnce(ctx context.Context, rr *rangeReplica, req *rpcpb
 				byLease = false
 				continue
 			}
+			rr.r.NoteLeaseRead()
 		}
 		resp := func() *rpcpb.BatchResponse {
 			defer snap.Close()

@@ -139,3 +139,42 @@ func TestQuiesceWithDeadFollower(t *testing.T) {
 		t.Fatalf("the follower back holds %q, want b=2", got)
 	}
 }
+
+// TestLeaseReadWakesAndRenews checks that a read served by a quiesced
+// leader's lease (NoteLeaseRead) wakes the group and, once half the lease
+// has passed, renews it, so that a range serving only lease reads keeps
+// its lease instead of letting it run out while quiescent.
+func TestLeaseReadWakesAndRenews(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	var cfg Config
+	g := newGroupOpts(t, 0, func(c *Config) {
+		c.TickInterval = 100 * time.Millisecond
+		c.Now = clock.Now
+		cfg = *c
+	}, true)
+	cfg.EnsureDefaults()
+	d := cfg.LeaseDuration()
+	g.propose("a=1")
+	l := g.leader()
+	await(t, "a lease", func() bool { return l.Status().LeaseValid(clock.Now()) })
+	await(t, "the idle group quiesces", g.allQuiescent)
+	exp := l.Status().LeaseExpiry
+	// Past half of the lease, still inside it: a lease read wakes the
+	// leader, which renews from a round issued at the new time.
+	clock.advance(d/2 + time.Millisecond)
+	t1 := clock.Now()
+	if !l.Status().LeaseValid(t1) {
+		t.Fatalf("lease expired at %v (expiry %v)", t1, exp)
+	}
+	l.NoteLeaseRead()
+	if l.Quiescent() {
+		t.Fatal("leader still quiescent after a lease read")
+	}
+	await(t, "the lease renewed from the read's time", func() bool {
+		return l.Status().LeaseExpiry.Equal(t1.Add(d))
+	})
+	await(t, "the group quiesces again", g.allQuiescent)
+	if !l.Status().LeaseValid(clock.Now()) {
+		t.Fatal("renewed lease not valid")
+	}
+}

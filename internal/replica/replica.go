@@ -367,6 +367,9 @@ type Replica struct {
 	workers atomic.Int32
 	// readIndexRounds: see ReadIndexRounds (metrics.go). Atomic.
 	readIndexRounds readIndexRounds
+	// leaseRead: a read was served by the lease since the last drain
+	// (NoteLeaseRead); the drain counts it as activity.
+	leaseRead atomic.Bool
 
 	// raftMu guards the RawNode and everything below it. A worker holds it
 	// while it handles the replica's Ready (see Scheduler.round), Stop
@@ -612,6 +615,21 @@ func (r *Replica) Unquiesce() {
 	r.mu.Lock()
 	r.wakeLocked()
 	r.mu.Unlock()
+}
+
+// NoteLeaseRead tells the replica that its leader served a read by its
+// lease (Status.LeaseValid), with no ReadIndex round: the read counts as
+// activity, as a ReadIndex read does, so the group does not quiesce for
+// QuiesceIdleTicks ticks and keeps renewing the lease; a quiesced leader
+// wakes. Without it a range that serves only lease reads (or the oracle's
+// range, which confirms its window by the lease) quiesces, its lease runs
+// out (a quiescent leader renews nothing), and the next read after
+// LeaseDuration waits for a quorum round. Safety does not depend on it:
+// it changes only when the lease is renewed. Cheap: one atomic store, and
+// the wake only when quiescent.
+func (r *Replica) NoteLeaseRead() {
+	r.leaseRead.Store(true)
+	r.Unquiesce()
 }
 
 // wakeLocked ends quiescence and tells Config.OnWake. r.mu must be held.
@@ -915,7 +933,7 @@ func (r *Replica) drainInbox() {
 		!campaign && transfer == 0 && len(unreach) == 0 && len(snapFails) == 0
 	r.mu.Unlock()
 
-	if len(props) > 0 || len(reads) > 0 || campaign || transfer != 0 {
+	if len(props) > 0 || len(reads) > 0 || campaign || transfer != 0 || r.leaseRead.Swap(false) {
 		r.idleTicks = 0
 	}
 	if ticks > 0 && onlyTicks && r.maybeQuiesceLeader() {
