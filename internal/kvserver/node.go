@@ -333,6 +333,13 @@ type Node struct {
 	// wakes (replica.Config.OnWake); tick drops the quiescent ones. So a
 	// tick costs nothing per quiescent replica. balanceDue collects the
 	// ranges that were active since the last balance round.
+	// localMembers caches membersFrom's result on this node's replica of
+	// range 1 by that replica's applied index (membership.go).
+	localMembers struct {
+		sync.Mutex
+		applied uint64
+		ms      []*rpcpb.MemberInfo
+	}
 	activeMu   sync.Mutex
 	active     map[uint64]struct{}
 	balanceDue map[uint64]struct{}
