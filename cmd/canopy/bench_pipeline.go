@@ -47,6 +47,7 @@ type benchPipelineOptions struct {
 	dir         string
 	out         string
 	replot      string
+	cpuProfile  string
 }
 
 func init() {
@@ -77,8 +78,9 @@ direction (kvserver.LinkFault), so a consensus round costs one round trip.
 
 The nodes run with --raft-tick (default 100ms, as canopy start): a leader's
 lease lasts 9 ticks less the clock drift bound and is renewed only while its
-range is awake, and a range quiesces after 3 idle ticks, so a read that
-finds the lease lapsed waits for a ReadIndex round (one round trip).
+range is awake; a range quiesces after 3 ticks without a write or a read
+(lease reads count), so a read that finds its range idle for longer than
+a lease waits for a ReadIndex round (one round trip).
 
 Every point also shows what the system counted per transaction: consensus
 rounds on its critical path (client.RoundCounter), the ReadIndex rounds the
@@ -115,6 +117,7 @@ whole run is bounded by --run-max. Writes <out>_rtt.csv/.png and
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the key choice")
 	f.StringVar(&o.dir, "dir", "", "directory of the stores (default: a new temporary directory, removed at the end)")
 	f.StringVar(&o.out, "out", "docs/bench/pipeline", "prefix of the CSV and PNG files (empty: write none)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the experiments (client and nodes, after start-up and loading) to this file")
 	f.StringVar(&o.replot, "replot", "", "run nothing: read <prefix>_rtt.csv and <prefix>_writes.csv of an earlier run, print the fits and redraw the PNGs beside them")
 	benchCmd.AddCommand(cmd)
 }
@@ -197,6 +200,11 @@ func runBenchPipeline(ctx context.Context, o benchPipelineOptions, command strin
 	if err := pipelinebench.Load(ctx, pc.db, r.Keys); err != nil {
 		return err
 	}
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	for _, e := range o.experiments {
 		switch e {
 		case "rtt":
