@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,6 +30,7 @@ type benchRangesOptions struct {
 	idle        time.Duration
 	settle      time.Duration
 	cpuProfile  string
+	memProfile  string
 	concurrency int
 	readyMax    time.Duration
 	out         string
@@ -59,6 +61,7 @@ machine. Every step is bounded: start-up by --ready-max, the runs by
 	f.DurationVar(&o.idle, "idle", 10*time.Second, "how long the idle cluster's CPU is measured")
 	f.DurationVar(&o.settle, "settle", 30*time.Second, "wait after start-up before the idle measurement (elections, lease acquisition and quiescence settle)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the idle window of the last cluster to this file")
+	f.StringVar(&o.memProfile, "memprofile", "", "write pprof heap profiles at the start (<file>.base) and the end (<file>) of the idle window of the last cluster: go tool pprof -sample_index=alloc_space -diff_base <file>.base <file> shows what the idle window allocated")
 	f.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients of the put run")
 	f.DurationVar(&o.readyMax, "ready-max", 10*time.Minute, "bound on a cluster's start-up (every range with a leader)")
 	f.IntVar(&o.kv.ValueBytes, "value-bytes", 256, "bytes per value")
@@ -152,10 +155,16 @@ func benchRangesOne(ctx context.Context, o benchRangesOptions, n int) (rangesRow
 	if err != nil {
 		return row, err
 	}
+	if err := writeHeapProfile(o.memProfile, ".base"); err != nil {
+		return row, err
+	}
 	cpu0, t0 := kvbench.ProcessCPU(), time.Now()
 	err = sleepCtx(ctx, o.idle)
 	row.idleCPUPercent = 100 * float64(kvbench.ProcessCPU()-cpu0) / float64(time.Since(t0))
 	stopProfile()
+	if err := writeHeapProfile(o.memProfile, ""); err != nil {
+		return row, err
+	}
 	if err != nil {
 		return row, err
 	}
@@ -221,4 +230,21 @@ func writeRangesOutput(out string, m bench.Machine, rows []rangesRow) error {
 	}
 	fmt.Printf("wrote %s.csv and %s.png\n", out, out)
 	return nil
+}
+
+// writeHeapProfile writes a pprof heap profile to path+suffix if path is
+// set.
+func writeHeapProfile(path, suffix string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path + suffix)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
