@@ -5,9 +5,10 @@ import "sync"
 // liveness records when this node last heard from each peer, in ticks of
 // the node's tick loop, so that quiesced ranges notice a dead node.
 //
-// Every tick the transport sends each peer one batch, an empty one if it
-// had nothing else to send (transport.beat): one message per pair of
-// nodes per tick, whatever the number of ranges between them. This is the
+// Every LivenessBeatTicks ticks the transport sends each peer one batch,
+// an empty one if it had nothing else to send since the last beat
+// (transport.beat): at most one message per pair of nodes per beat,
+// whatever the number of ranges between them. This is the
 // coalesced heartbeat: the Raft heartbeats of quiesced ranges stop, and
 // this one message stands for all of them. A peer not heard from for
 // ElectionTicks ticks is not live; then every quiesced replica whose
