@@ -24,21 +24,28 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
+// newLeaseGroup starts a group (quiescing if quiesce) on 100 ms ticks
+// whose lease clock is a fakeClock, and returns it with the clock and the
+// lease duration.
+func newLeaseGroup(t *testing.T, quiesce bool) (*group, *fakeClock, time.Duration) {
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	var cfg Config
+	g := newGroupOpts(t, 0, func(c *Config) {
+		c.TickInterval = 100 * time.Millisecond
+		c.Now = clock.Now
+		cfg = *c
+	}, quiesce)
+	cfg.EnsureDefaults()
+	return g, clock, cfg.LeaseDuration()
+}
+
 // TestLeaderLease checks the lease's bookkeeping against a clock that
 // moves only when the test says: the lease runs LeaseDuration from the
 // issue of the ReadIndex round that confirmed it, is renewed once half of
 // it has passed, and ends when the leader starts a leadership transfer,
 // after which the new leader takes its own.
 func TestLeaderLease(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
-	var cfg Config
-	g := newGroupWith(t, 0, func(c *Config) {
-		c.TickInterval = 100 * time.Millisecond
-		c.Now = clock.Now
-		cfg = *c
-	})
-	cfg.EnsureDefaults()
-	d := cfg.LeaseDuration()
+	g, clock, d := newLeaseGroup(t, false)
 	if want := time.Duration(float64(9*100*time.Millisecond) * 0.9); d != want {
 		t.Fatalf("LeaseDuration %v, want %v", d, want)
 	}

@@ -145,15 +145,7 @@ func TestQuiesceWithDeadFollower(t *testing.T) {
 // has passed, renews it, so that a range serving only lease reads keeps
 // its lease instead of letting it run out while quiescent.
 func TestLeaseReadWakesAndRenews(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
-	var cfg Config
-	g := newGroupOpts(t, 0, func(c *Config) {
-		c.TickInterval = 100 * time.Millisecond
-		c.Now = clock.Now
-		cfg = *c
-	}, true)
-	cfg.EnsureDefaults()
-	d := cfg.LeaseDuration()
+	g, clock, d := newLeaseGroup(t, true)
 	g.propose("a=1")
 	l := g.leader()
 	await(t, "a lease", func() bool { return l.Status().LeaseValid(clock.Now()) })
