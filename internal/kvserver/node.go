@@ -291,6 +291,8 @@ type Node struct {
 	identityLog identityLog
 	// lastDead: the peers tick found not live last time (only tick uses it).
 	lastDead map[uint64]bool
+	// createMu serializes replica creation (newReplicaPeer).
+	createMu sync.Mutex
 	// ticks counts tick's rounds (tick's goroutine only): the liveness
 	// beat goes every LivenessBeatTicks of them.
 	ticks uint64
@@ -818,6 +820,18 @@ func (n *Node) newReplicaRefusingVotes(rangeID uint64, desc *rpcpb.RangeDescript
 // node's replica in the descriptor (given, or loaded from the engine), or
 // the node ID (an uninitialized replica of the initial layout's kind).
 func (n *Node) newReplicaPeer(rangeID uint64, desc *rpcpb.RangeDescriptor, peer uint64, refuseVotesUntil time.Time) (*rangeReplica, error) {
+	// One creation at a time, and none of a range that has a replica: a
+	// replica reads its Raft state from the engine (replica.New), and one
+	// already running writes that state in more than one batch (its
+	// HardState and its applied index), so a second reader could see them
+	// disagree and Raft would panic ("applied(11) is out of range
+	// [prevApplied(10), committed(10)]": join's replica of range 1 against
+	// one just created for a message from a peer that joined first).
+	n.createMu.Lock()
+	defer n.createMu.Unlock()
+	if old := n.replica(rangeID); old != nil {
+		return old, nil
+	}
 	n.mu.RLock()
 	if t := n.mu.refuseVotes[rangeID]; t.After(refuseVotesUntil) {
 		refuseVotesUntil = t
