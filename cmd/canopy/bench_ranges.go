@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -230,21 +229,4 @@ func writeRangesOutput(out string, m bench.Machine, rows []rangesRow) error {
 	}
 	fmt.Printf("wrote %s.csv and %s.png\n", out, out)
 	return nil
-}
-
-// writeHeapProfile writes a pprof heap profile to path+suffix if path is
-// set.
-func writeHeapProfile(path, suffix string) error {
-	if path == "" {
-		return nil
-	}
-	f, err := os.Create(path + suffix)
-	if err != nil {
-		return err
-	}
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }

@@ -318,3 +318,20 @@ func runBenchPoints(o benchClusterOptions, targets []benchTarget, points int, ru
 	}
 	return rows, nil
 }
+
+// writeHeapProfile writes a pprof heap profile to path+suffix if path is
+// set.
+func writeHeapProfile(path, suffix string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path + suffix)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -870,12 +870,9 @@ func (n *Node) newReplicaPeer(rangeID uint64, desc *rpcpb.RangeDescriptor, peer 
 	}
 	rr := &rangeReplica{r: r, peer: peer, sm: sm, latches: concurrency.NewLatchManager()}
 	rr.locks.table = concurrency.NewLockTable(concurrency.Config{Detector: n.detector})
+	// No replica of rangeID appeared meanwhile: only this function adds
+	// one, under createMu.
 	n.mu.Lock()
-	if old := n.mu.replicas[rangeID]; old != nil {
-		n.mu.Unlock()
-		r.Stop()
-		return old, nil
-	}
 	n.mu.replicas[rangeID] = rr
 	n.mu.Unlock()
 	n.markActive(rangeID)
@@ -1094,8 +1091,9 @@ func (n *Node) runEvery(interval time.Duration, fn func()) {
 // ticks (an empty batch, only if nothing else went to the peer since the
 // last beat). A peer is not live after ElectionTicks (10) ticks without a
 // batch, so a beat may come up to 7 ticks late before a live peer is taken
-// for dead. Every tick, it was a third of an idle node's CPU at 10,000
-// ranges (a stream write and read, and their wake-ups, per pair of nodes).
+// for dead. Sent every tick, it took about a quarter of an idle node's
+// CPU samples at 10,000 ranges (gRPC stream writes and frame reads, per
+// pair of nodes: docs/BENCHMARKS.md, "Idle ranges").
 const LivenessBeatTicks = 3
 
 // tick advances the Raft clock of every replica that is not quiescent,

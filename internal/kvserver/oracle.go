@@ -119,8 +119,7 @@ func (n *Node) allocateLocal(ctx context.Context, count uint32) (uint64, *rpcpb.
 	if err != nil {
 		return 0, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle: %v", err)
 	}
-	if st := rr.r.Status(); st.LeaseValid(time.Now()) && st.Term == term {
-		rr.r.NoteLeaseRead()
+	if rr.r.ReadByLease(term) {
 		return first, nil
 	}
 	if err := rr.r.ReadIndex(ctx); err != nil {

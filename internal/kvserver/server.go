@@ -203,12 +203,11 @@ func (n *Node) readOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchR
 		if byLease {
 			// The lease must hold after the snapshot was taken: then no
 			// other leader existed when it was.
-			if now := rr.r.Status(); !now.LeaseValid(rr.r.Now()) || now.Term != st.Term {
+			if !rr.r.ReadByLease(st.Term) {
 				snap.Close()
 				byLease = false
 				continue
 			}
-			rr.r.NoteLeaseRead()
 		}
 		defer snap.Close()
 		gcThreshold, err := rr.sm.gcThreshold()

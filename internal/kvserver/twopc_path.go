@@ -108,13 +108,12 @@ func (n *Node) lockingReadOnce(ctx context.Context, rr *rangeReplica, req *rpcpb
 		}
 		snap := n.eng.NewSnapshot()
 		if byLease {
-			if now := rr.r.Status(); !now.LeaseValid(rr.r.Now()) || now.Term != st.Term {
+			if !rr.r.ReadByLease(st.Term) {
 				snap.Close()
 				rr.latches.Release(g)
 				byLease = false
 				continue
 			}
-			rr.r.NoteLeaseRead()
 		}
 		resp := func() *rpcpb.BatchResponse {
 			defer snap.Close()

@@ -617,6 +617,18 @@ func (r *Replica) Unquiesce() {
 	r.mu.Unlock()
 }
 
+// ReadByLease reports whether the replica holds a valid lease in Raft
+// term term now (Status.LeaseValid on the replica's clock), so that a read
+// it serves, or an oracle window it confirms, needs no ReadIndex round;
+// if so it records the read (NoteLeaseRead).
+func (r *Replica) ReadByLease(term uint64) bool {
+	if st := r.Status(); !st.LeaseValid(r.Now()) || st.Term != term {
+		return false
+	}
+	r.NoteLeaseRead()
+	return true
+}
+
 // NoteLeaseRead tells the replica that its leader served a read by its
 // lease (Status.LeaseValid), with no ReadIndex round: the read counts as
 // activity, as a ReadIndex read does, so the group does not quiesce for
@@ -625,10 +637,12 @@ func (r *Replica) Unquiesce() {
 // range, which confirms its window by the lease) quiesces, its lease runs
 // out (a quiescent leader renews nothing), and the next read after
 // LeaseDuration waits for a quorum round. Safety does not depend on it:
-// it changes only when the lease is renewed. Cheap: one atomic store, and
-// the wake only when quiescent.
+// it changes only when the lease is renewed. Cheap on the read path: two
+// atomic loads when the flag is already set and the replica awake.
 func (r *Replica) NoteLeaseRead() {
-	r.leaseRead.Store(true)
+	if !r.leaseRead.Load() {
+		r.leaseRead.Store(true)
+	}
 	r.Unquiesce()
 }
 
@@ -933,7 +947,8 @@ func (r *Replica) drainInbox() {
 		!campaign && transfer == 0 && len(unreach) == 0 && len(snapFails) == 0
 	r.mu.Unlock()
 
-	if len(props) > 0 || len(reads) > 0 || campaign || transfer != 0 || r.leaseRead.Swap(false) {
+	leaseRead := r.leaseRead.Swap(false)
+	if len(props) > 0 || len(reads) > 0 || campaign || transfer != 0 || leaseRead {
 		r.idleTicks = 0
 	}
 	if ticks > 0 && onlyTicks && r.maybeQuiesceLeader() {
