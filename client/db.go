@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -58,6 +59,7 @@ func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) 
 	for _, f := range opts {
 		f(&o)
 	}
+	set := o // before the defaults: what the caller left to the client (timing.go)
 	o.EnsureDefaults()
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -66,7 +68,7 @@ func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) 
 	db := &DB{opts: o, ctx: bg, cancel: cancel}
 	db.nodes = newNodeDirectory(addresses, o.TLS, o.DialOptions)
 	db.cache = newRangeCache()
-	db.sender = &sender{opts: &db.opts, nodes: db.nodes, cache: db.cache, ctx: db.ctx}
+	db.sender = &sender{opts: &db.opts, nodes: db.nodes, cache: db.cache, ctx: db.ctx, timing: newTiming(&set, &db.opts)}
 	db.oracle = newOracle(bg, db.sender, &db.opts)
 	info, err := db.firstContact(ctx, addresses)
 	if err != nil {
@@ -74,6 +76,7 @@ func Open(ctx context.Context, addresses []string, opts ...Option) (*DB, error) 
 		return nil, err
 	}
 	db.settings = info.GetSettings()
+	db.sender.timing.adopt(time.Duration(info.GetElectionTimeoutMs())*time.Millisecond, db.opts.SendBackoffInitial)
 	db.nodes.setClusterID(db.settings.GetClusterId())
 	db.enc = o.StatusEncoding
 	if db.enc == nil {

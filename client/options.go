@@ -38,7 +38,9 @@ type Options struct {
 	// ProbeAfter: an attempt still running after this long has its node
 	// probed (gRPC health), and again every ProbeAfter; ProbeTimeout: a
 	// probe without an answer in this long ends the attempt as if the
-	// node were down (probe.go). Defaults 250 ms and 1 s; a negative
+	// node were down (probe.go). Defaults 250 ms, and for ProbeTimeout
+	// the cluster's election timeout, at least 500 ms and at most 5 s
+	// (1 s until the first contact tells it; timing.go); a negative
 	// ProbeAfter turns probing off. A stopped node is given up after at
 	// most ProbeAfter + ProbeTimeout; only ProbeTimeout decides that a
 	// node is silent, so a smaller ProbeAfter finds it sooner at the cost
@@ -53,10 +55,14 @@ type Options struct {
 	DialTimeout time.Duration
 	// SendAttemptsMax bounds the attempts of one request to one range
 	// (redirects, re-lookups, retries after UNAVAILABLE or a transport
-	// error). Default 40.
+	// error). Default 40, or with a derived SendBackoffMax as many as keep
+	// the loop trying for about as long as 40 attempts at 1 s
+	// (timing.go).
 	SendAttemptsMax int
 	// SendBackoffInitial and SendBackoffMax shape the exponential backoff
-	// between routing attempts. Defaults 5ms and 1s.
+	// between routing attempts. Defaults 5ms, and for SendBackoffMax a
+	// quarter of the cluster's election timeout, at least 50 ms and at
+	// most 1 s (1 s until the first contact tells it; timing.go).
 	SendBackoffInitial time.Duration
 	SendBackoffMax     time.Duration
 

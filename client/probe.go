@@ -40,9 +40,10 @@ import (
 // each ProbeAfter + ProbeTimeout after its own start (the pauses' "fault
 // to first success" in docs/RELIABILITY.md).
 //
-// Rejected: a per-attempt deadline of about an election timeout. It would
-// give up on slow but live leaseholders too, turning slow writes into
-// ambiguous ones, and the client does not know the cluster's Raft tick.
+// ProbeTimeout is the cluster's election timeout unless set (timing.go):
+// the deadline is the probe's, not the attempt's. Rejected: a per-attempt
+// deadline of about an election timeout. It would give up on slow but live
+// leaseholders too, turning slow writes into ambiguous ones.
 
 // errNodeSilent: the node did not answer a health probe during an attempt.
 var errNodeSilent = errors.New("the node did not answer a health probe")
@@ -81,7 +82,7 @@ func (s *sender) probe(actx context.Context, cancel context.CancelFunc, id uint6
 			if err != nil {
 				return
 			}
-			pctx, pcancel := context.WithTimeout(actx, s.opts.ProbeTimeout)
+			pctx, pcancel := context.WithTimeout(actx, s.timing.probe())
 			_, err = healthpb.NewHealthClient(conn).Check(pctx, &healthpb.HealthCheckRequest{})
 			timedOut := pctx.Err() != nil && actx.Err() == nil
 			pcancel()
@@ -178,7 +179,7 @@ func (s *sender) suspect(id uint64, addr string) {
 			if err != nil {
 				return
 			}
-			pctx, cancel := context.WithTimeout(s.ctx, s.opts.ProbeTimeout)
+			pctx, cancel := context.WithTimeout(s.ctx, s.timing.probe())
 			_, err = healthpb.NewHealthClient(conn).Check(pctx, &healthpb.HealthCheckRequest{})
 			timedOut := pctx.Err() != nil
 			cancel()

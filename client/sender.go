@@ -49,6 +49,14 @@ type sender struct {
 	// suspects are the nodes found silent (probe.go), until one of their
 	// probes is answered.
 	suspects suspectSet
+	// timing: the probe timeout and routing backoff, derived from the
+	// cluster's election timeout (timing.go).
+	timing *timing
+}
+
+// backoff returns a fresh routing backoff (timing.go).
+func (s *sender) backoff() backoff {
+	return newBackoff(s.opts.SendBackoffInitial, s.timing.sendBackoffMax())
 }
 
 // stopError wraps an error that ends a routing loop at once.
@@ -78,7 +86,7 @@ func giveUp(ambiguous bool, what string, lastErr error) error {
 // change state (for ambiguity). It returns the descriptor the successful
 // attempt used.
 func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call rangeCall) (*rpcpb.RangeDescriptor, error) {
-	bo := newBackoff(s.opts.SendBackoffInitial, s.opts.SendBackoffMax)
+	bo := s.backoff()
 	var (
 		ambiguous bool
 		lastErr   error
@@ -90,7 +98,7 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 		// out of time (no answer at all), as opposed to an error answer.
 		unreachable, silent map[uint64]bool
 	)
-	for attempt := 0; attempt < s.opts.SendAttemptsMax; attempt++ {
+	for attempt := 0; attempt < s.timing.sendAttempts(); attempt++ {
 		if wait {
 			if err := sleepCtx(ctx, bo.next()); err != nil {
 				lastErr = err
@@ -147,7 +155,7 @@ func (s *sender) route(ctx context.Context, routeKey []byte, write bool, call ra
 				s.suspect(nodeID, addr) // probe.go
 			}
 			if err != nil && !errors.As(err, &se) {
-				pbErr, err = nil, fmt.Errorf("%w within %v: %w", errNodeSilent, s.opts.ProbeTimeout, context.DeadlineExceeded)
+				pbErr, err = nil, fmt.Errorf("%w within %v: %w", errNodeSilent, s.timing.probe(), context.DeadlineExceeded)
 			}
 		}
 		if errors.As(err, &se) {
@@ -268,10 +276,10 @@ func (s *sender) target(e *rangeEntry, attempt int, unreachable map[uint64]bool)
 // anyNode sends call to some node, rotating through the known addresses on
 // failure and following a NOT_LEASEHOLDER that names an address.
 func (s *sender) anyNode(ctx context.Context, what string, call func(ctx context.Context, kv rpcpb.KVClient) (*rpcpb.Error, error)) error {
-	bo := newBackoff(s.opts.SendBackoffInitial, s.opts.SendBackoffMax)
+	bo := s.backoff()
 	var lastErr error
 	next := ""
-	for attempt := 0; attempt < s.opts.SendAttemptsMax; attempt++ {
+	for attempt := 0; attempt < s.timing.sendAttempts(); attempt++ {
 		addr := next
 		next = ""
 		if addr == "" {

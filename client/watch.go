@@ -301,14 +301,14 @@ func (w *Watcher) advance(p *watchPiece, resolved uint64) error {
 func (w *Watcher) runPiece(p *watchPiece) error {
 	db := w.db
 	s := db.sender
-	bo := newBackoff(db.opts.SendBackoffInitial, db.opts.SendBackoffMax)
+	bo := db.sender.backoff()
 	var (
 		lastErr     error
 		unreachable map[uint64]bool
 		push        intentPusher
 	)
 	for attempt := 0; ; attempt++ {
-		if attempt >= db.opts.SendAttemptsMax {
+		if attempt >= db.sender.timing.sendAttempts() {
 			return giveUp(false, fmt.Sprintf("watch of [%q, %q)", p.start, p.end), lastErr)
 		}
 		if attempt > 0 {
@@ -358,7 +358,7 @@ func (w *Watcher) runPiece(p *watchPiece) error {
 		if progress {
 			// The feed delivered: the attempts count from here, and nodes
 			// that failed before may be back.
-			attempt, bo, unreachable = 0, newBackoff(db.opts.SendBackoffInitial, db.opts.SendBackoffMax), nil
+			attempt, bo, unreachable = 0, db.sender.backoff(), nil
 		}
 		if w.ctx.Err() != nil {
 			return w.ctx.Err()

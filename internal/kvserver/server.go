@@ -447,7 +447,8 @@ func (s *kvService) ClusterInfo(ctx context.Context, _ *rpcpb.ClusterInfoRequest
 	if !s.n.bootstrapped() {
 		return &rpcpb.ClusterInfoResponse{Error: pbErr(rpcpb.ErrorCode_NOT_BOOTSTRAPPED, "node is not part of a cluster yet: run canopy init")}, nil
 	}
-	return &rpcpb.ClusterInfoResponse{Settings: s.n.settings(), Nodes: s.n.nodeList()}, nil
+	return &rpcpb.ClusterInfoResponse{Settings: s.n.settings(), Nodes: s.n.nodeList(),
+		ElectionTimeoutMs: uint32(s.n.electionTimeout().Milliseconds())}, nil
 }
 
 // NodeStatus implements rpcpb.KVServer.

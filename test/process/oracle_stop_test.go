@@ -3,12 +3,18 @@ package process
 import (
 	"context"
 	"encoding/binary"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/canopy-db/canopy/client"
 	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/kvserver"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
 // TestStoppedOracleHost reproduces part of issue 13's seventh fault: the
@@ -76,5 +82,64 @@ func TestStoppedOracleHost(t *testing.T) {
 	v, ok, err := db.Get(pctx, key)
 	if err != nil || !ok || len(v) != 8 {
 		t.Fatalf("read back: %x %v %v", v, ok, err)
+	}
+}
+
+// TestProxyToStoppedLeaseholder: a client that gave up on a stopped
+// leaseholder asks another replica to forward its batch (the proxy
+// header, kvserver/proxy.go). That replica must not wait on the stopped
+// node for its request timeout (10 s, while the range elects a new leader
+// in about an election timeout): a forward under way ends once the
+// leaseholder is no longer live, and a new one is refused at once, each
+// with an error that says so. Before, the forward ended only at its
+// deadline, and no transaction completed during a 5 s pause in the
+// nemesis (docs/RELIABILITY.md).
+func TestProxyToStoppedLeaseholder(t *testing.T) {
+	needBinary(t)
+	c := newCluster(t, 3)
+	c.mustCLI("init", "--host", c.addrs[0], "--initial-ranges", "6")
+	c.waitLive(3)
+	ctx := context.Background()
+	db, err := client.Open(ctx, c.addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	key := []byte("proxied")
+	c.eventually("a first put", func() error { return db.Put(ctx, key, []byte("v")) })
+	lh, rangeID := leaseholderOf(c, db, keys.UserKey(key))
+	other := (lh + 1) % 3
+	conn, err := grpc.NewClient(c.addrs[other], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	kv := rpcpb.NewKVClient(conn)
+	get := &rpcpb.BatchRequest{RangeId: rangeID, Requests: []*rpcpb.RequestUnion{
+		{Value: &rpcpb.RequestUnion_Get{Get: &rpcpb.GetRequest{Key: keys.UserKey(key)}}}}}
+	nd := c.nodes[lh]
+	if err := nd.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = nd.cmd.Process.Signal(syscall.SIGCONT) }()
+	pctx := metadata.AppendToOutgoingContext(ctx, kvserver.ProxyHeader, "1")
+	pctx, cancel := context.WithTimeout(pctx, waitMax)
+	defer cancel()
+	// Sent at once: the other replica still names the stopped node, and
+	// forwards to it.
+	for i, what := range []string{"forwarded when the leaseholder stopped", "sent after"} {
+		start := time.Now()
+		resp, err := kv.Batch(pctx, get)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("%s: answered after %v: %v", what, time.Since(start), resp.GetError())
+		if e := resp.GetError(); e != nil {
+			if e.GetCode() != rpcpb.ErrorCode_UNAVAILABLE || !strings.Contains(e.GetMessage(), "live") && !strings.Contains(e.GetMessage(), "heard from") {
+				t.Fatalf("%s: %v, want UNAVAILABLE saying the leaseholder is not live", what, e)
+			}
+		} else if i == 0 {
+			t.Logf("%s: served (a new leaseholder already)", what)
+		}
 	}
 }

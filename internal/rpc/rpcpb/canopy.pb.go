@@ -3431,12 +3431,16 @@ func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
 }
 
 type ClusterInfoResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
-	Settings      *ClusterSettings       `protobuf:"bytes,2,opt,name=settings,proto3" json:"settings,omitempty"`
-	Nodes         []*NodeDescriptor      `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Error    *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Settings *ClusterSettings       `protobuf:"bytes,2,opt,name=settings,proto3" json:"settings,omitempty"`
+	Nodes    []*NodeDescriptor      `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// The answering node's Raft election timeout (ElectionTicks x its tick),
+	// in milliseconds; 0 from older nodes. The client derives its probe
+	// timeout and its routing backoff from it (client.Options).
+	ElectionTimeoutMs uint32 `protobuf:"varint,4,opt,name=election_timeout_ms,json=electionTimeoutMs,proto3" json:"election_timeout_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ClusterInfoResponse) Reset() {
@@ -3488,6 +3492,13 @@ func (x *ClusterInfoResponse) GetNodes() []*NodeDescriptor {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *ClusterInfoResponse) GetElectionTimeoutMs() uint32 {
+	if x != nil {
+		return x.ElectionTimeoutMs
+	}
+	return 0
 }
 
 type BootstrapRequest struct {
@@ -5771,11 +5782,12 @@ const file_canopy_proto_rawDesc = "" +
 	"\x1avalidator_batch_timeout_us\x18\x04 \x01(\x04R\x17validatorBatchTimeoutUs\x12&\n" +
 	"\x0fnode_batch_size\x18\x05 \x01(\rR\rnodeBatchSize\x121\n" +
 	"\x15node_batch_timeout_us\x18\x06 \x01(\x04R\x12nodeBatchTimeoutUs\"\x14\n" +
-	"\x12ClusterInfoRequest\"\x9d\x01\n" +
+	"\x12ClusterInfoRequest\"\xcd\x01\n" +
 	"\x13ClusterInfoResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x123\n" +
 	"\bsettings\x18\x02 \x01(\v2\x17.canopy.ClusterSettingsR\bsettings\x12,\n" +
-	"\x05nodes\x18\x03 \x03(\v2\x16.canopy.NodeDescriptorR\x05nodes\"n\n" +
+	"\x05nodes\x18\x03 \x03(\v2\x16.canopy.NodeDescriptorR\x05nodes\x12.\n" +
+	"\x13election_timeout_ms\x18\x04 \x01(\rR\x11electionTimeoutMs\"n\n" +
 	"\x10BootstrapRequest\x12%\n" +
 	"\x0einitial_ranges\x18\x01 \x01(\rR\rinitialRanges\x123\n" +
 	"\bsettings\x18\x02 \x01(\v2\x17.canopy.ClusterSettingsR\bsettings\"m\n" +
