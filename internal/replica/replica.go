@@ -336,14 +336,14 @@ type Replica struct {
 	// mu guards the inbox; a worker drains it.
 	mu struct {
 		sync.Mutex
-		msgs      []raftpb.Message
-		props     []*proposal
-		reads     []*readWaiter
-		ticks     int
-		campaign  bool
-		transfer  uint64
+		msgs     []raftpb.Message
+		props    []*proposal
+		reads    []*readWaiter
+		ticks    int
+		campaign bool
+		transfer uint64
 		// stepDown: StepDownCutOff was called.
-		stepDown bool
+		stepDown  bool
 		unreach   []uint64
 		snapFails []uint64
 		// quiesceMsg: a quiesce heartbeat from the leader (StepQuiesce),
