@@ -91,6 +91,7 @@ func TestDeadlockYoungerGivesUp(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	db := c.open(func(o *Options) {
 		o.IntentWaitMax = time.Hour // the older waits as long as it takes
+		o.IntentWoundAfter = time.Hour // and wounds no one (TestOlderWoundsYounger)
 		o.IntentWaitYoungerMax = time.Millisecond
 	})
 	ctx := context.Background()
@@ -160,4 +161,47 @@ func FuzzHeartbeatExpired(f *testing.F) {
 			t.Fatalf("untyped error %v", err)
 		}
 	})
+}
+
+// An older transaction that meets a younger live one's intent aborts it
+// after IntentWoundAfter (wound-wait) and goes on; the younger one finds
+// itself aborted at its commit and retries.
+func TestOlderWoundsYounger(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	db := c.open(func(o *Options) {
+		o.IntentWaitMax = time.Hour // only the wound can end the wait
+		o.IntentWoundAfter = time.Millisecond
+	})
+	ctx := context.Background()
+	older, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	younger, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if younger.StartTs() <= older.StartTs() {
+		t.Fatalf("start timestamps %d, %d out of order", older.StartTs(), younger.StartTs())
+	}
+	if err := younger.Put(ctx, []byte("y"), []byte("younger")); err != nil {
+		t.Fatal(err)
+	}
+	if err := older.Put(ctx, []byte("y"), []byte("older")); err != nil {
+		t.Fatalf("older: %v", err)
+	}
+	if err := older.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Retryable: its status says aborted, or (pipelining) its write's
+	// proof finds the intent already resolved away.
+	if err := younger.Commit(ctx); !errors.Is(err, ErrRetryable) {
+		t.Fatalf("younger's commit: %v, want a retryable error", err)
+	}
+	if got := mustGet(t, db, "y"); got != "older" {
+		t.Fatalf("y = %q", got)
+	}
+	if s := db.Stats(); s.Wounded != 1 || s.AbortedOthers != 0 {
+		t.Fatalf("wounded %d, aborted others %d; want 1, 0", s.Wounded, s.AbortedOthers)
+	}
 }

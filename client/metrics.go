@@ -66,6 +66,7 @@ var clientCounters = []struct {
 	{clientDesc("ambiguous_total", "Operations that returned ErrAmbiguous."), func(s *Stats) int64 { return s.Ambiguous }},
 	{clientDesc("ambiguous_resolved_total", "Commits whose outcome was first unknown and then looked up in the status table."), func(s *Stats) int64 { return s.AmbiguousResolved }},
 	{clientDesc("aborted_others_total", "Transactions of others this client aborted because their heartbeat had expired."), func(s *Stats) int64 { return s.AbortedOthers }},
+	{clientDesc("wounded_total", "Younger live transactions this client aborted rather than wait for their intents (wound-wait, Options.IntentWoundAfter)."), func(s *Stats) int64 { return s.Wounded }},
 	{clientDesc("recovered_total", "STAGING transactions of others this client settled as a reader (parallel-commit recovery)."), func(s *Stats) int64 { return s.Recovered }},
 	{clientDesc("intents_resolved_total", "ResolveIntent requests acknowledged."), func(s *Stats) int64 { return s.IntentsResolved }},
 	{clientDesc("intent_resolutions_dropped_total", "Decided transactions whose asynchronous intent resolution was skipped (readers resolve those intents)."), func(s *Stats) int64 { return s.ResolveDropped }},

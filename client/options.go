@@ -93,6 +93,12 @@ type Options struct {
 	// A transaction without intents can be in no cycle and waits
 	// IntentWaitMax. Default 100ms.
 	IntentWaitYoungerMax time.Duration
+	// IntentWoundAfter: a transaction that waits this long for the intent
+	// of a younger live transaction (larger start_ts) aborts it (wound-
+	// wait) instead of waiting up to IntentWaitMax: the younger one's
+	// record is written ABORTED with put-unless-exists, so either its
+	// commit or the abort wins, never both, and it retries. Default 50ms.
+	IntentWoundAfter time.Duration
 	// IntentRoundsMax bounds how often one operation resolves intents and
 	// retries. Default 16.
 	IntentRoundsMax int
@@ -268,6 +274,7 @@ func (o *Options) EnsureDefaults() {
 	setDur(&o.TxnLifetimeMax, 10*time.Minute)
 	setDur(&o.IntentWaitMax, 2*time.Second)
 	setDur(&o.IntentWaitYoungerMax, 100*time.Millisecond)
+	setDur(&o.IntentWoundAfter, 50*time.Millisecond)
 	setInt(&o.IntentRoundsMax, 16)
 	setInt(&o.TxnKeysMax, keys.TxnKeysMax)
 	setInt(&o.ReadSpansMax, 100_000)
@@ -301,8 +308,9 @@ func (o *Options) Validate() error {
 		"TxnBackoffMax": o.TxnBackoffMax, "HeartbeatTTL": o.HeartbeatTTL,
 		"TxnLifetimeMax": o.TxnLifetimeMax, "IntentWaitMax": o.IntentWaitMax,
 		"IntentWaitYoungerMax": o.IntentWaitYoungerMax, "AbortTimeout": o.AbortTimeout,
-		"CloseDrainMax": o.CloseDrainMax,
-		"LookupTimeout": o.LookupTimeout, "DialTimeout": o.DialTimeout,
+		"IntentWoundAfter": o.IntentWoundAfter,
+		"CloseDrainMax":    o.CloseDrainMax,
+		"LookupTimeout":    o.LookupTimeout, "DialTimeout": o.DialTimeout,
 		"SettingsRefresh": o.SettingsRefresh, "StatusScheduleExtension": o.StatusScheduleExtension,
 		"ProbeTimeout": o.ProbeTimeout,
 	} {

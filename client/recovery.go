@@ -127,11 +127,12 @@ func (db *DB) stagingKey(startTs uint64) []byte {
 }
 
 // abortOrRecover decides a transaction with no status whose heartbeat has
-// expired. It first fences its staging key (put-unless-exists of FENCE),
+// expired, or a younger live one a waiter wounds (waiter.wounds); an abort
+// is counted in aborts. It first fences its staging key (put-unless-exists of FENCE),
 // so that no STAGING record can appear once we write ABORTED; if a STAGING
 // record is already there, the transaction may be implicitly committed and
 // is recovered instead of aborted.
-func (db *DB) abortOrRecover(ctx context.Context, startTs uint64) (decision, error) {
+func (db *DB) abortOrRecover(ctx context.Context, startTs uint64, aborts *countingInt) (decision, error) {
 	ok, existing, err := db.putUnlessExists(ctx, db.stagingKey(startTs), txnstatus.FenceValue())
 	if err != nil {
 		return decision{}, err
@@ -164,7 +165,7 @@ func (db *DB) abortOrRecover(ctx context.Context, startTs uint64) (decision, err
 	}
 	d, err := db.abortTxn(ctx, startTs)
 	if err == nil && d.aborted() {
-		db.stats.abortedOthers.add(1)
+		aborts.add(1)
 	}
 	return d, err
 }

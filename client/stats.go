@@ -28,6 +28,9 @@ type Stats struct {
 	// AbortedOthers counts transactions this client aborted because their
 	// heartbeat had expired.
 	AbortedOthers int64
+	// Wounded counts younger live transactions this client's transactions
+	// aborted rather than wait for (Options.IntentWoundAfter).
+	Wounded int64
 	// IntentsResolved counts ResolveIntent requests acknowledged.
 	IntentsResolved int64
 	// ResolveDropped counts decided transactions whose asynchronous intent
@@ -73,6 +76,8 @@ type Stats struct {
 type stats struct {
 	commits, aborts, retries, ambiguous, ambiguousResolved countingInt
 	abortedOthers, intentsResolved, resolveDropped         countingInt
+	// wounded: younger live transactions aborted (wound-wait).
+	wounded                                                countingInt
 	pipelinedWrites, pipelineStalls, pipelinedWritesFailed countingInt
 	onePCCommits, parallelCommits, recovered               countingInt
 	statusLookups, statusCacheHits                         countingInt
@@ -89,6 +94,7 @@ func (db *DB) Stats() Stats {
 		Ambiguous:         db.stats.ambiguous.load(),
 		AmbiguousResolved: db.stats.ambiguousResolved.load(),
 		AbortedOthers:     db.stats.abortedOthers.load(),
+		Wounded:           db.stats.wounded.load(),
 		IntentsResolved:   db.stats.intentsResolved.load(),
 		ProtocolTxns:      db.stats.protocolTxns.load(),
 		ProtocolMessages:  db.stats.protocolMessages.load(),
