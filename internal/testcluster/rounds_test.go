@@ -32,23 +32,31 @@ func TestConsensusRoundsCounted(t *testing.T) {
 		{"pipelined", []client.TxnOption{client.WithPipelining(true), client.WithParallelCommits(false), client.WithOnePC(false)}, 0, 2},
 		{"parallel", []client.TxnOption{client.WithPipelining(true), client.WithParallelCommits(true), client.WithOnePC(false)}, 1, 0},
 	} {
-		var rc client.RoundCounter
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		ctx = client.WithRoundCounter(ctx, &rc)
-		txn, err := db.Begin(ctx, m.opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for w := 0; w < writes; w++ {
-			if err := txn.Put(ctx, []byte(fmt.Sprintf("rounds/%d/%d", i, w)), []byte("v")); err != nil {
-				t.Fatalf("%s: put: %v", m.name, err)
+		// A resent request (a lease moving just after the cluster
+		// started, a dropped proposal) counts its round again, never one
+		// less: the fewest rounds of three transactions is the model's.
+		got := int64(-1)
+		for try := 0; try < 3; try++ {
+			var rc client.RoundCounter
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx = client.WithRoundCounter(ctx, &rc)
+			txn, err := db.Begin(ctx, m.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for w := 0; w < writes; w++ {
+				if err := txn.Put(ctx, []byte(fmt.Sprintf("rounds/%d/%d/%d", i, try, w)), []byte("v")); err != nil {
+					t.Fatalf("%s: put: %v", m.name, err)
+				}
+			}
+			if err := txn.Commit(ctx); err != nil {
+				t.Fatalf("%s: commit: %v", m.name, err)
+			}
+			cancel()
+			if n := rc.Counts().ConsensusRounds; got < 0 || n < got {
+				got = n
 			}
 		}
-		if err := txn.Commit(ctx); err != nil {
-			t.Fatalf("%s: commit: %v", m.name, err)
-		}
-		cancel()
-		got := rc.Counts().ConsensusRounds
 		if m.exact != 0 && got != m.exact {
 			t.Errorf("%s: %d consensus rounds counted, want %d", m.name, got, m.exact)
 		}
