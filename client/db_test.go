@@ -90,7 +90,7 @@ func TestSplitAndRanges(t *testing.T) {
 func TestDeadlockYoungerGivesUp(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	db := c.open(func(o *Options) {
-		o.IntentWaitMax = time.Hour // the older waits as long as it takes
+		o.IntentWaitMax = time.Hour    // the older waits as long as it takes
 		o.IntentWoundAfter = time.Hour // and wounds no one (TestOlderWoundsYounger)
 		o.IntentWaitYoungerMax = time.Millisecond
 	})

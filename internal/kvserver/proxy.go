@@ -2,7 +2,7 @@ package kvserver
 
 import (
 	"context"
-	"sync/atomic"
+	"errors"
 	"time"
 
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -30,6 +30,9 @@ func wantsProxy(ctx context.Context) bool {
 	return ok && len(md.Get(ProxyHeader)) > 0
 }
 
+// errLeaseholderNotLive ends a forward whose target stopped being live.
+var errLeaseholderNotLive = errors.New("it stopped being live while the batch was forwarded")
+
 // proxyBatch forwards req to node leader and returns its answer.
 //
 // A leaseholder this node has not heard from for an election timeout
@@ -52,7 +55,8 @@ func (n *Node) proxyBatch(ctx context.Context, req *rpcpb.BatchRequest, leader u
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
-	var died atomic.Bool
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -66,8 +70,7 @@ func (n *Node) proxyBatch(ctx context.Context, req *rpcpb.BatchRequest, leader u
 				return
 			case <-t.C:
 				if !n.liveness.isLive(leader) {
-					died.Store(true)
-					cancel()
+					stop(errLeaseholderNotLive)
 					return
 				}
 			}
@@ -76,8 +79,8 @@ func (n *Node) proxyBatch(ctx context.Context, req *rpcpb.BatchRequest, leader u
 	resp, err := kv.Batch(ctx, req) // the connection adds this node's identity (identity.go)
 	if err != nil {
 		why := err.Error()
-		if died.Load() {
-			why = "it stopped being live while the batch was forwarded"
+		if context.Cause(ctx) == errLeaseholderNotLive {
+			why = errLeaseholderNotLive.Error()
 		}
 		if req.Requests[0].IsWrite() {
 			return fail(pbErr(rpcpb.ErrorCode_AMBIGUOUS, "range r%d: forwarded to the leaseholder n%d, which did not answer: %s", req.RangeId, leader, why))
