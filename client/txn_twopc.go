@@ -175,15 +175,41 @@ func (c *twoPCCoordinator) send(ctx context.Context, r *txnReq) (*txnResp, error
 	return c.next.send(ctx, r)
 }
 
-// commitReadOnly commits a transaction that wrote nothing: no Prepare,
-// no status record. Its locked reads are current until its locks are
-// released; its scans read the snapshot at start_ts, so they are refreshed
-// to a fresh timestamp, which is then its commit timestamp (without scans
-// it commits at start_ts, sending nothing). Then its locks are released.
-// A transaction mixing a locked read (the latest value) with a scan of
-// the same key at start_ts is consistent only if nothing changed in
-// between: the refresh checks exactly that.
+// commitReadOnly commits a transaction that wrote nothing: no status
+// record. Its locked reads are current as long as their locks are held,
+// but a lock lives only in its leaseholder's memory until a Prepare
+// replicates it: a lease that moves (a node stopped, a leadership
+// election) or a reader that aborts us (an expired heartbeat) drops it,
+// and a writer may then overwrite the key. So unless its only read is one
+// locked read (current when it was served, whatever happens after), the
+// transaction first sends a Prepare of its read keys (no writes), which
+// checks every lock is still held, as for a writing transaction's Prepare,
+// and refuses with a retryable READ_CONFLICT if one was lost
+// (TestTwoPCReadOnlyLostLock). Every read is then current at once, at the
+// moment the last Prepare was checked. Its scans read the snapshot at
+// start_ts, so they are refreshed to a fresh timestamp, which is then its
+// commit timestamp (without scans it commits at start_ts). A transaction
+// mixing a locked read (the latest value) with a scan of the same key at
+// start_ts is consistent only if nothing changed in between: the refresh
+// checks exactly that. Then its locks are released.
 func (c *twoPCCoordinator) commitReadOnly(ctx context.Context, scanned bool) (*txnResp, error) {
+	c.mu.Lock()
+	reads := append([][]byte(nil), c.mu.reads...)
+	if len(reads) > 1 || (len(reads) == 1 && scanned) {
+		// opAbort must now clean up: our locks may be replicated.
+		c.mu.prepared = true
+	} else {
+		reads = nil
+	}
+	c.mu.Unlock()
+	if len(reads) > 0 {
+		if _, err := c.next.send(ctx, &txnReq{op: opPrepare, keys: reads}); err != nil {
+			if errors.Is(err, ErrAmbiguous) {
+				return nil, fmt.Errorf("%w: check of the read locks' outcome unknown; the transaction is not committed: %w", ErrUnavailable, err)
+			}
+			return nil, err
+		}
+	}
 	ts := c.startTs
 	if scanned {
 		tr, err := c.next.send(ctx, &txnReq{op: opTimestamp})

@@ -3,6 +3,7 @@ package testcluster_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -226,5 +227,64 @@ func TestTwoPCPutWaitsForReadLock(t *testing.T) {
 	}
 	if v, _, err := db.Get(ctx, x); err != nil || string(v) != "new" {
 		t.Fatalf("x now: %q %v, want new", v, err)
+	}
+}
+
+// TestTwoPCReadOnlyLostLock: a read-only 2pc-locking transaction whose
+// shared lock was lost (its leaseholder stopped: the lock lived only in
+// that node's memory) must not commit what it read. Here it reads x, the
+// leaseholder of x stops, a Put of x and then a Put of y go through, and
+// it reads y: x old with y new fits no serial order. Before, a read-only
+// transaction committed without any check of its locks (the G-single of
+// TestTwoPCListAppend); now its commit checks them as a Prepare's reads
+// are checked, and it retries.
+func TestTwoPCReadOnlyLostLock(t *testing.T) {
+	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 2, CommitProtocol: twoPC})
+	db, other := openDB(t, c), openDB(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), opDeadline)
+	defer cancel()
+	x, y := []byte("x"), []byte("y")
+	for _, k := range [][]byte{x, y} {
+		if err := db.Put(ctx, k, []byte("old")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, lh, err := busiestRange(ctx, db, c, [][]byte{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts := 0
+	var seenX, seenY []byte
+	err = db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+		attempts++
+		v, _, err := txn.Get(ctx, x)
+		if err != nil {
+			return err
+		}
+		seenX = v
+		if attempts == 1 {
+			c.StopNode(lh)
+			for _, k := range [][]byte{x, y} {
+				if err := other.Put(ctx, k, []byte("new")); err != nil {
+					return fmt.Errorf("put of %s after the stop: %w", k, err)
+				}
+			}
+		}
+		if seenY, _, err = txn.Get(ctx, y); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read-only transaction: %v", err)
+	}
+	if string(seenX) != string(seenY) {
+		t.Fatalf("read-only transaction committed x=%q with y=%q (attempts: %d): its lock of x was lost and x written meanwhile", seenX, seenY, attempts)
+	}
+	if attempts < 2 {
+		t.Fatalf("committed at the first attempt, whose lock of x was lost")
+	}
+	if err := c.RestartNode(lh); err != nil {
+		t.Fatal(err)
 	}
 }
