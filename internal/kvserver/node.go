@@ -829,9 +829,24 @@ func (n *Node) newReplicaPeer(rangeID uint64, desc *rpcpb.RangeDescriptor, peer 
 	// one just created for a message from a peer that joined first).
 	n.createMu.Lock()
 	defer n.createMu.Unlock()
+	return n.newReplicaLocked(rangeID, desc, peer, refuseVotesUntil)
+}
+
+// newReplicaLocked is newReplicaPeer with createMu held.
+//
+// The descriptor (when not given) and the Raft state are read from one
+// engine snapshot. A split that applies meanwhile writes both for its
+// right hand side in one batch; read from the live engine, a replica
+// created for a peer's message could load no descriptor (before that
+// batch) and the split's Raft state (after it): a replica that takes
+// part in Raft with no state machine, refusing every command its peers
+// apply (I5 broken: TestReplicaCreatedAcrossSplit).
+func (n *Node) newReplicaLocked(rangeID uint64, desc *rpcpb.RangeDescriptor, peer uint64, refuseVotesUntil time.Time) (*rangeReplica, error) {
 	if old := n.replica(rangeID); old != nil {
 		return old, nil
 	}
+	view := n.eng.NewSnapshot()
+	defer view.Close()
 	n.mu.RLock()
 	if t := n.mu.refuseVotes[rangeID]; t.After(refuseVotesUntil) {
 		refuseVotesUntil = t
@@ -839,8 +854,11 @@ func (n *Node) newReplicaPeer(rangeID uint64, desc *rpcpb.RangeDescriptor, peer 
 	n.mu.RUnlock()
 	if desc == nil {
 		var err error
-		if desc, err = loadDesc(n.eng, rangeID); err != nil {
+		if desc, err = loadDesc(view, rangeID); err != nil {
 			return nil, err
+		}
+		if h := testingHooks.descLoaded; h != nil {
+			h(n, rangeID, desc)
 		}
 	}
 	if peer == 0 {
@@ -855,6 +873,7 @@ func (n *Node) newReplicaPeer(rangeID uint64, desc *rpcpb.RangeDescriptor, peer 
 		RangeID:          rangeID,
 		PeerID:           peer,
 		Engine:           n.eng,
+		State:            view,
 		SM:               sm,
 		Transport:        n.transport,
 		Scheduler:        n.sched,
@@ -871,7 +890,7 @@ func (n *Node) newReplicaPeer(rangeID uint64, desc *rpcpb.RangeDescriptor, peer 
 	rr := &rangeReplica{r: r, peer: peer, sm: sm, latches: concurrency.NewLatchManager()}
 	rr.locks.table = concurrency.NewLockTable(concurrency.Config{Detector: n.detector})
 	// No replica of rangeID appeared meanwhile: only this function adds
-	// one, under createMu.
+	// one, under createMu (startRange holds it too).
 	n.mu.Lock()
 	n.mu.replicas[rangeID] = rr
 	n.mu.Unlock()
@@ -883,6 +902,12 @@ func (n *Node) newReplicaPeer(rangeID uint64, desc *rpcpb.RangeDescriptor, peer 
 // startRange starts the replica of a range created here by a split. An
 // uninitialized replica of it is replaced.
 func (n *Node) startRange(d *rpcpb.RangeDescriptor) {
+	// Under createMu from the look at the old replica to the new one's
+	// registration: a replica created meanwhile for a peer's message
+	// (receiveRaft) would otherwise be found by newReplicaPeer and kept,
+	// whatever state it loaded.
+	n.createMu.Lock()
+	defer n.createMu.Unlock()
 	n.mu.Lock()
 	old := n.mu.replicas[d.RangeId]
 	if old != nil && old.sm.Desc() != nil {
@@ -912,7 +937,7 @@ func (n *Node) startRange(d *rpcpb.RangeDescriptor) {
 		// only for the old replica's critical section, never for a round.
 		old.r.Stop()
 	}
-	rr, err := n.newReplicaRefusingVotes(d.RangeId, d, refuseVotesUntil)
+	rr, err := n.newReplicaLocked(d.RangeId, d, 0, refuseVotesUntil)
 	if err != nil {
 		n.log.Error("starting range", "range", d.RangeId, "err", err)
 		return

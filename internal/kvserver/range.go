@@ -245,6 +245,11 @@ func (s *rangeSM) Apply(b *storage.Batch, index, term uint64, data []byte) (any,
 	case c.Batch != nil:
 		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "r%d: entry %d is a write batch of the retired apply-time form; it was not applied", s.rangeID, index))
 	case c.Split != nil:
+		if h := testingHooks.beforeSplit; h != nil {
+			if n, ok := s.n.(*Node); ok {
+				h(n, c.Split.NewRangeId)
+			}
+		}
 		res, after := s.applySplit(b, desc, c.Split)
 		if _, ok := res.(splitResult); ok {
 			// Watchers look the span up again and resume (feed.go).

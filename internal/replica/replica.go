@@ -91,8 +91,13 @@ type Config struct {
 	RangeID uint64
 	// PeerID is the Raft ID of this replica: its replica ID and node ID
 	// packed (PeerID, peer.go; one replica per node per range).
-	PeerID    uint64
-	Engine    *storage.Engine
+	PeerID uint64
+	Engine *storage.Engine
+	// State, if set, is where New reads the replica's persisted Raft
+	// state instead of Engine: an engine snapshot, so that the caller
+	// reads its own state of the range (kvserver: the descriptor) from
+	// the same point in time.
+	State     storage.Reader
 	SM        StateMachine
 	Transport Transport
 	// Scheduler processes the replica's Ready work. It must persist to
@@ -413,7 +418,11 @@ type Replica struct {
 // configuration and can only receive a snapshot.
 func New(cfg Config) (*Replica, error) {
 	cfg.EnsureDefaults()
-	ps, err := loadState(cfg.Engine, cfg.RangeID)
+	state := cfg.State
+	if state == nil {
+		state = cfg.Engine
+	}
+	ps, err := loadState(state, cfg.RangeID)
 	if err != nil {
 		return nil, err
 	}

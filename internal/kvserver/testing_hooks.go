@@ -1,0 +1,14 @@
+package kvserver
+
+import "github.com/canopy-db/canopy/internal/rpc/rpcpb"
+
+// testingHooks are called at points where a test needs to order two
+// goroutines of a node (set by tests of this package's directory through
+// export_test.go, before any node starts; nil otherwise).
+var testingHooks struct {
+	// descLoaded: newReplicaLocked read the descriptor of rangeID (nil:
+	// uninitialized) and has yet to read its Raft state.
+	descLoaded func(n *Node, rangeID uint64, desc *rpcpb.RangeDescriptor)
+	// beforeSplit: a split creating range rightID is about to apply here.
+	beforeSplit func(n *Node, rightID uint64)
+}
