@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/canopy-db/canopy/client"
 	"github.com/canopy-db/canopy/internal/kvserver"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/storage"
 )
 
@@ -51,11 +53,17 @@ const (
 	// connection to it delivers nothing either way until the heal), while
 	// the nodes still reach each other (issue 13, item 7, case b).
 	KindClientCut Kind = "client-cut"
+	// KindMembership changes the cluster's membership under load: a
+	// spare node with an empty store joins (start --join) and takes
+	// replicas (rebalancing: learners, snapshots, joint configurations);
+	// the heal decommissions it (its replicas and leases move back),
+	// removes it and stops it. Each one joins with a fresh store.
+	KindMembership Kind = "membership"
 )
 
 // Kinds is every kind, in the order a schedule of all kinds injects them.
 var Kinds = []Kind{KindPartition, KindAsymmetric, KindOracle, KindDelay, KindKill, KindPause,
-	KindSkew, KindDiskStall, KindSyncError, KindLostReply, KindClientCut}
+	KindSkew, KindDiskStall, KindSyncError, KindLostReply, KindClientCut, KindMembership}
 
 // LostReplies is how many commit replies KindLostReply loses per node.
 const LostReplies = 2
@@ -97,6 +105,8 @@ type fault struct {
 	peer   int // slot, KindAsymmetric only
 	skew   time.Duration
 	at     time.Time
+	// nodeID: KindMembership, the node that joined.
+	nodeID uint64
 }
 
 func (f *fault) String() string {
@@ -107,6 +117,8 @@ func (f *fault) String() string {
 		return fmt.Sprintf("%s n%d %+v", f.kind, f.target+1, f.skew)
 	case KindLostReply:
 		return fmt.Sprintf("%s (%d per node)", f.kind, LostReplies)
+	case KindMembership:
+		return fmt.Sprintf("%s: n%d joined", f.kind, f.nodeID)
 	}
 	return fmt.Sprintf("%s n%d", f.kind, f.target+1)
 }
@@ -151,6 +163,18 @@ func (c *cluster) inject(ctx context.Context, db *client.DB, k Kind, rng *rand.R
 	case KindClientCut:
 		c.cutter.set(c.addrs[f.target])
 		return f, nil
+	case KindMembership:
+		f.target = -1
+		id, err := c.addSpare(ctx, db)
+		if err != nil {
+			// Not joined (or not seen to): stopped, and tried again as
+			// any kind that could not be injected.
+			c.stopProc(c.spare)
+			c.spare = nil
+			return nil, err
+		}
+		f.nodeID = id
+		return f, nil
 	case KindLostReply:
 		f.target = -1
 		for i := range c.procs {
@@ -186,8 +210,10 @@ func (c *cluster) isolate(ctx context.Context, i int, q url.Values) error {
 
 // heal ends f: link faults are cleared on every node, a killed node is
 // restarted, a paused one resumed.
-func (c *cluster) heal(ctx context.Context, f *fault) error {
+func (c *cluster) heal(ctx context.Context, db *client.DB, f *fault) error {
 	switch f.kind {
+	case KindMembership:
+		return c.removeSpare(ctx, db, f.nodeID)
 	case KindClientCut:
 		c.cutter.set("")
 		return nil
@@ -272,4 +298,73 @@ func (c *cluster) noteExit(i int) {
 	p := c.procs[i]
 	code := p.cmd.ProcessState.ExitCode()
 	c.exits = append(c.exits, nodeExit{slot: i, code: code, line: lastLine(p.logPath)})
+}
+
+// addSpare starts the spare node with a fresh store, joining the running
+// cluster, and returns its node ID once the cluster lists it (0 if it
+// never did).
+func (c *cluster) addSpare(ctx context.Context, db *client.DB) (uint64, error) {
+	c.spares++
+	p := &proc{slot: -1, addr: c.spareAddr, httpAddr: c.spareHTTP,
+		store:   filepath.Join(c.dir, fmt.Sprintf("spare%d", c.spares)),
+		logPath: filepath.Join(c.dir, fmt.Sprintf("spare%d.log", c.spares))}
+	c.spare = p
+	if err := c.startProc(ctx, p, "spare"); err != nil {
+		return 0, err
+	}
+	err := retry(ctx, time.Minute, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		ms, err := db.Members(rctx)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if m.GetNode().GetAddress() == p.addr && m.GetNode().GetMembership() == rpcpb.NodeMembership_ACTIVE {
+				p.nodeID = m.GetNode().GetNodeId()
+				return nil
+			}
+		}
+		return fmt.Errorf("the spare node at %s has not joined", p.addr)
+	})
+	return p.nodeID, err
+}
+
+// removeSpare decommissions the spare node nodeID, waits until it holds no
+// replica, removes it and stops its process.
+func (c *cluster) removeSpare(ctx context.Context, db *client.DB, nodeID uint64) error {
+	set := func(m rpcpb.NodeMembership) error {
+		return retry(ctx, time.Minute, func() error {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_, err := db.ChangeMembership(rctx, nodeID, m)
+			return err
+		})
+	}
+	if err := set(rpcpb.NodeMembership_DECOMMISSIONING); err != nil {
+		return fmt.Errorf("decommissioning n%d: %w", nodeID, err)
+	}
+	err := retry(ctx, 2*time.Minute, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		ms, err := db.Members(rctx)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if m.GetNode().GetNodeId() == nodeID && m.GetReplicas() > 0 {
+				return fmt.Errorf("n%d still holds %d replicas", nodeID, m.GetReplicas())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("decommissioning n%d: %w", nodeID, err)
+	}
+	if err := set(rpcpb.NodeMembership_REMOVED); err != nil {
+		return fmt.Errorf("removing n%d: %w", nodeID, err)
+	}
+	c.stopProc(c.spare)
+	c.spare = nil
+	return nil
 }

@@ -39,6 +39,11 @@ type cluster struct {
 	exits []nodeExit // processes that a fault stopped
 	// cutter cuts the workload client off from nodes (KindClientCut).
 	cutter *cutter
+	// spareAddr, spareHTTP: the addresses of KindMembership's spare
+	// node; spare is it while it runs, spares counts its stores.
+	spareAddr, spareHTTP string
+	spare                *proc
+	spares               int
 }
 
 // nodeExit is a process that stopped by itself under a fault.
@@ -68,7 +73,7 @@ func newCluster(bin, dir string, n int, extra []string) (*cluster, error) {
 		}
 	}()
 	var addrs []string
-	for i := 0; i < 2*n; i++ {
+	for i := 0; i < 2*n+2; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err
@@ -84,6 +89,7 @@ func newCluster(bin, dir string, n int, extra []string) (*cluster, error) {
 		})
 		c.addrs = append(c.addrs, addrs[i])
 	}
+	c.spareAddr, c.spareHTTP = addrs[2*n], addrs[2*n+1]
 	return c, nil
 }
 
@@ -101,16 +107,21 @@ func (p *proc) running() bool {
 
 // start runs `canopy start` for slot i and waits until it listens.
 func (c *cluster) start(ctx context.Context, i int) error {
-	p := c.procs[i]
+	return c.startProc(ctx, c.procs[i], fmt.Sprintf("node %d", i+1))
+}
+
+// startProc runs `canopy start` for p (name: for messages) and waits
+// until it listens.
+func (c *cluster) startProc(ctx context.Context, p *proc, name string) error {
 	if p.running() {
-		return fmt.Errorf("node %d is already running", i+1)
+		return fmt.Errorf("%s is already running", name)
 	}
 	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	fmt.Fprintf(f, "=== nemesis: starting node %d at %s\n", i+1, time.Now().UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(f, "=== nemesis: starting %s at %s\n", name, time.Now().UTC().Format(time.RFC3339Nano))
 	args := []string{"start", "--store", p.store, "--listen", p.addr,
 		"--join", strings.Join(c.addrs, ","), "--http-addr", p.httpAddr, "--enable-fault-injection",
 		// Nemesis clusters run on loopback, without TLS: the fault
@@ -121,13 +132,13 @@ func (c *cluster) start(ctx context.Context, i int) error {
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting node %d: %w", i+1, err)
+		return fmt.Errorf("starting %s: %w", name, err)
 	}
 	p.cmd, p.exited, p.paused = cmd, make(chan struct{}), false
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(p.exited)
 	for {
 		if !p.running() {
-			return fmt.Errorf("node %d exited during start-up (log: %s)", i+1, p.logPath)
+			return fmt.Errorf("%s exited during start-up (log: %s)", name, p.logPath)
 		}
 		conn, err := net.DialTimeout("tcp", p.httpAddr, time.Second)
 		if err == nil {
@@ -136,7 +147,7 @@ func (c *cluster) start(ctx context.Context, i int) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("node %d not listening: %w", i+1, ctx.Err())
+			return fmt.Errorf("%s not listening: %w", name, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -164,16 +175,27 @@ func (c *cluster) signal(i int, sig syscall.Signal) error {
 // stopAll kills every process still running (resuming paused ones first,
 // so that none is left stopped).
 func (c *cluster) stopAll() {
-	for i, p := range c.procs {
-		if p.running() {
-			_ = p.cmd.Process.Signal(syscall.SIGCONT)
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.exited:
-			case <-time.After(10 * time.Second):
-				c.kill9(i)
-			}
-		}
+	for _, p := range c.procs {
+		c.stopProc(p)
+	}
+	if c.spare != nil {
+		c.stopProc(c.spare)
+	}
+}
+
+// stopProc stops p with SIGTERM (after a SIGCONT), or SIGKILL if it is
+// still running 10 s later.
+func (c *cluster) stopProc(p *proc) {
+	if !p.running() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
 	}
 }
 

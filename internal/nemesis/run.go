@@ -326,7 +326,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		sleep(cfg.FaultDuration)
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		err = c.heal(hctx, f)
+		err = c.heal(hctx, db, f)
 		cancel()
 		if err != nil {
 			runErr = fmt.Errorf("heal %s: %w", f, err)
