@@ -71,7 +71,7 @@ verdict table; exit status 1 on any violation or when no verdict was reached.`,
 	f := cmd.Flags()
 	f.IntVar(&cfg.Nodes, "nodes", 3, "number of node processes")
 	f.StringVar(&cfg.Workload, "workload", "list-append", "list-append, bank or register")
-	f.StringVar(&kinds, "faults", "all", "comma-separated fault kinds: partition, asymmetric, oracle, delay, kill, pause, skew, disk-stall, sync-error, lost-reply, client-cut (all: every one of these), or membership (not in all yet)")
+	f.StringVar(&kinds, "faults", "all", "comma-separated fault kinds: partition, asymmetric, oracle, delay, kill, pause, skew, disk-stall, sync-error, lost-reply, client-cut, membership (all: every one)")
 	f.DurationVar(&cfg.Duration, "duration", time.Minute, "how long to inject faults")
 	f.DurationVar(&cfg.Interval, "interval", 5*time.Second, "quiet time between a heal and the next fault")
 	f.DurationVar(&cfg.FaultDuration, "fault-duration", 5*time.Second, "how long each fault lasts")

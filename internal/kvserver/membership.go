@@ -235,10 +235,18 @@ func (n *Node) membersSnapshot() (map[uint64]*rpcpb.MemberInfo, time.Time) {
 	return n.mu.members.byID, n.mu.members.at
 }
 
-// readMembers reads the members: from this node's replica of range 1 if it
-// has one, else from range 1's leader or any other node.
+// readMembers reads the members: from this node's replica of range 1 if
+// it holds range 1's lease, else from range 1's leader or any other node.
+//
+// Only the leaseholder's replica is known to be current. A follower's may
+// be one that was removed from range 1 without learning it (it stops
+// receiving entries, and a quiescent one is not even ticked): read
+// locally, its members stayed as they were at its removal. That froze a
+// decommissioned node's view of itself as active, so it kept a lease and
+// its replicas, and `Members` answered with its stale replica counts
+// (docs/RELIABILITY.md, "Membership changes under load").
 func (n *Node) readMembers(ctx context.Context) ([]*rpcpb.MemberInfo, error) {
-	if rr := n.replica(OracleRangeID); rr != nil && rr.sm.Desc() != nil {
+	if rr := n.r1Leaseholder(); rr != nil {
 		return n.membersLocal(rr)
 	}
 	targets := []uint64{n.r1Leader()}
@@ -358,10 +366,12 @@ func (s *kvService) Members(ctx context.Context, _ *rpcpb.MembersRequest) (*rpcp
 	if !n.bootstrapped() {
 		return &rpcpb.MembersResponse{Error: pbErr(rpcpb.ErrorCode_NOT_BOOTSTRAPPED, "node is not part of a cluster yet: run canopy init")}, nil
 	}
-	if rr := n.replica(OracleRangeID); rr == nil || rr.sm.Desc() == nil {
-		// Asked by a node without range 1, or by a client: forward.
+	rr := n.r1Leaseholder()
+	if rr == nil {
+		// Asked by a node while this one does not hold range 1's lease,
+		// or by a client: forward (readMembers says why).
 		if fromNode(ctx) {
-			return &rpcpb.MembersResponse{Error: pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "node n%d has no replica of range 1", n.NodeID())}, nil
+			return &rpcpb.MembersResponse{Error: pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "node n%d does not hold the lease of range 1", n.NodeID())}, nil
 		}
 		ms, err := n.readMembers(ctx)
 		if err != nil {
@@ -369,7 +379,7 @@ func (s *kvService) Members(ctx context.Context, _ *rpcpb.MembersRequest) (*rpcp
 		}
 		return &rpcpb.MembersResponse{Members: ms}, nil
 	}
-	ms, err := n.membersLocal(n.replica(OracleRangeID))
+	ms, err := n.membersLocal(rr)
 	if err != nil {
 		return &rpcpb.MembersResponse{Error: pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)}, nil
 	}
@@ -550,4 +560,13 @@ func (n *Node) joinRunning() {
 // removedPeer reports whether nodeID is a removed node.
 func (n *Node) removedPeer(nodeID uint64) bool {
 	return nodeID != 0 && n.membership(nodeID) == rpcpb.NodeMembership_REMOVED
+}
+
+// r1Leaseholder returns this node's replica of range 1 if it holds the
+// range's lease (its state is current), else nil.
+func (n *Node) r1Leaseholder() *rangeReplica {
+	if rr := n.replica(OracleRangeID); rr != nil && rr.sm.Desc() != nil && rr.r.Status().Leaseholder {
+		return rr
+	}
+	return nil
 }

@@ -61,17 +61,9 @@ const (
 	KindMembership Kind = "membership"
 )
 
-// Kinds is every kind of "all", in the order a schedule of all kinds
-// injects them.
+// Kinds is every kind, in the order a schedule of all kinds injects them.
 var Kinds = []Kind{KindPartition, KindAsymmetric, KindOracle, KindDelay, KindKill, KindPause,
-	KindSkew, KindDiskStall, KindSyncError, KindLostReply, KindClientCut}
-
-// OptionalKinds are kinds that --faults accepts by name but "all" leaves
-// out. KindMembership: a decommission of the spare stalled for 2 minutes
-// in its first 30-minute run (the spare kept a range's lease; see
-// docs/RELIABILITY.md), which ends a run with an error; it joins "all"
-// once that is fixed.
-var OptionalKinds = []Kind{KindMembership}
+	KindSkew, KindDiskStall, KindSyncError, KindLostReply, KindClientCut, KindMembership}
 
 // LostReplies is how many commit replies KindLostReply loses per node.
 const LostReplies = 2
@@ -91,13 +83,12 @@ func ParseKinds(s string) ([]Kind, error) {
 	for _, f := range strings.Split(s, ",") {
 		k := Kind(strings.TrimSpace(f))
 		ok := false
-		known := append(append([]Kind(nil), Kinds...), OptionalKinds...)
-		for _, kk := range known {
-			ok = ok || k == kk
+		for _, known := range Kinds {
+			ok = ok || k == known
 		}
 		if !ok {
-			names := make([]string, len(known))
-			for i, k := range known {
+			names := make([]string, len(Kinds))
+			for i, k := range Kinds {
 				names[i] = string(k)
 			}
 			return nil, fmt.Errorf("invalid argument: fault kind %q (want all or some of %s)", k, strings.Join(names, ","))
@@ -127,7 +118,7 @@ func (f *fault) String() string {
 	case KindLostReply:
 		return fmt.Sprintf("%s (%d per node)", f.kind, LostReplies)
 	case KindMembership:
-		return fmt.Sprintf("%s: n%d joined", f.kind, f.nodeID)
+		return fmt.Sprintf("%s n%d", f.kind, f.nodeID)
 	}
 	return fmt.Sprintf("%s n%d", f.kind, f.target+1)
 }
