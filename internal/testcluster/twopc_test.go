@@ -70,8 +70,11 @@ func TestTwoPCBasics(t *testing.T) {
 		t.Fatalf("2pc transaction: %v", err)
 	}
 	st := db.Stats()
-	if st.ProtocolTxns != 1 || st.ProtocolMessages != 16 || st.ProtocolSteps != 4 {
-		t.Errorf("protocol counts: %d transactions, %d messages, %d steps; want 1, 16 (4 ranges), 4", st.ProtocolTxns, st.ProtocolMessages, st.ProtocolSteps)
+	// Per prepared attempt: 16 messages (4 ranges) and 4 steps. A retried
+	// attempt (a lease moving just after the cluster started, seen in CI
+	// under load) prepares again and counts again.
+	if st.ProtocolTxns < 1 || st.ProtocolMessages != 16*st.ProtocolTxns || st.ProtocolSteps != 4*st.ProtocolTxns {
+		t.Errorf("protocol counts: %d transactions, %d messages, %d steps; want 16 (4 ranges) and 4 per transaction prepared", st.ProtocolTxns, st.ProtocolMessages, st.ProtocolSteps)
 	}
 	// A read-only 2PC transaction and a default one see the commit.
 	for _, p := range []client.Protocol{client.Protocol2PCLocking, client.ProtocolDefault} {
