@@ -9,3 +9,14 @@ func SetTestingHooks(descLoaded func(n *Node, rangeID uint64, desc *rpcpb.RangeD
 	testingHooks.descLoaded, testingHooks.beforeSplit = descLoaded, beforeSplit
 	return func() { testingHooks = old }
 }
+
+// SetDropRaft sets testingHooks.dropRaft until restore is called. Call it
+// before any node starts.
+func SetDropRaft(drop func(n *Node, rangeID uint64) bool) (restore func()) {
+	old := testingHooks.dropRaft
+	testingHooks.dropRaft = drop
+	return func() { testingHooks.dropRaft = old }
+}
+
+// MembershipOf is n's view of node id's membership.
+func (n *Node) MembershipOf(id uint64) rpcpb.NodeMembership { return n.membership(id) }

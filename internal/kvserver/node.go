@@ -986,6 +986,9 @@ func (n *Node) receiveRaft(rm *rpcpb.RaftMessage) error {
 	if !n.bootstrapped() || rm.ToNodeId != n.NodeID() || n.failed() {
 		return nil
 	}
+	if h := testingHooks.dropRaft; h != nil && h(n, rm.RangeId) {
+		return nil
+	}
 	var m raftpb.Message
 	if err := m.Unmarshal(rm.Message); err != nil {
 		return nil

@@ -11,4 +11,7 @@ var testingHooks struct {
 	descLoaded func(n *Node, rangeID uint64, desc *rpcpb.RangeDescriptor)
 	// beforeSplit: a split creating range rightID is about to apply here.
 	beforeSplit func(n *Node, rightID uint64)
+	// dropRaft: n drops an incoming Raft message of rangeID (its replica
+	// hears nothing of the range) while it returns true.
+	dropRaft func(n *Node, rangeID uint64) bool
 }
