@@ -20,3 +20,13 @@ func SetDropRaft(drop func(n *Node, rangeID uint64) bool) (restore func()) {
 
 // MembershipOf is n's view of node id's membership.
 func (n *Node) MembershipOf(id uint64) rpcpb.NodeMembership { return n.membership(id) }
+
+// ReplicaState reports whether n has a replica of rangeID, and whether it
+// is quiescent.
+func (n *Node) ReplicaState(rangeID uint64) (exists, quiescent bool) {
+	rr := n.replica(rangeID)
+	if rr == nil {
+		return false, false
+	}
+	return true, rr.r.Quiescent()
+}

@@ -17,28 +17,46 @@ const MetaHintsMax = 5
 
 // lookupMeta returns the descriptor of the range containing key, read from
 // range 1 at its leaseholder (here or on another node).
+//
+// A node without a replica of range 1 (clusters of more nodes than the
+// replication factor, or a node removed from range 1) asks the other
+// nodes in turn, following their hints, as fetchTimestamps does; a lookup
+// asked by another node is not passed on again, so asking cannot loop.
 func (n *Node) lookupMeta(ctx context.Context, key []byte) (*rpcpb.RangeDescriptor, *rpcpb.Error) {
 	if bytes.Compare(key, keys.MaxKey) >= 0 {
 		return nil, pbErr(rpcpb.ErrorCode_INVALID_ARGUMENT, "key %q is beyond the keyspace", key)
 	}
+	self := n.NodeID()
+	others := n.r1Others(ctx)
+	next := others.next
 	target := n.r1Leader()
 	var last *rpcpb.Error
-	for i := 0; i < MetaHintsMax; i++ {
-		if target == 0 || target == n.NodeID() {
+	for hints := 0; hints < MetaHintsMax; {
+		if (target == 0 || target == self) && n.replica(OracleRangeID) == nil {
+			if target = next(); target == 0 {
+				break
+			}
+		}
+		if target == 0 || target == self {
 			d, e := n.lookupMetaLocal(ctx, key)
 			if e == nil {
 				return d, nil
 			}
 			last = e
-			if e.Code != rpcpb.ErrorCode_NOT_LEASEHOLDER || e.LeaseholderHint == 0 || e.LeaseholderHint == n.NodeID() {
+			if e.Code != rpcpb.ErrorCode_NOT_LEASEHOLDER || e.LeaseholderHint == 0 || e.LeaseholderHint == self {
 				return nil, e
 			}
 			target = e.LeaseholderHint
+			hints++
 			continue
 		}
 		cl, err := n.kvClient(target)
 		if err != nil {
-			return nil, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "%v", err)
+			last = pbErr(rpcpb.ErrorCode_UNAVAILABLE, "%v", err)
+			if target = next(); target != 0 {
+				continue
+			}
+			return nil, last
 		}
 		// One attempt is bounded by an election timeout: range 1's
 		// leaseholder stopped or cut off must not hold every lookup for
@@ -55,18 +73,62 @@ func (n *Node) lookupMeta(ctx context.Context, key []byte) (*rpcpb.RangeDescript
 			if d := n.lookupMetaStale(key); d != nil {
 				return d, nil
 			}
-			return nil, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "meta lookup on n%d: %v", target, err)
+			last = pbErr(rpcpb.ErrorCode_UNAVAILABLE, "meta lookup on n%d: %v", target, err)
+			if target = next(); target != 0 && ctx.Err() == nil {
+				continue
+			}
+			return nil, last
 		}
 		if resp.Error == nil {
 			return resp.Range, nil
 		}
 		last = resp.Error
-		if resp.Error.Code != rpcpb.ErrorCode_NOT_LEASEHOLDER || resp.Error.LeaseholderHint == 0 {
+		if resp.Error.Code != rpcpb.ErrorCode_NOT_LEASEHOLDER {
 			return nil, resp.Error
 		}
-		target = resp.Error.LeaseholderHint
+		if resp.Error.LeaseholderHint != 0 {
+			target = resp.Error.LeaseholderHint
+			hints++
+		} else if target = next(); target == 0 {
+			break
+		}
+	}
+	if last == nil {
+		last = pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "node n%d has no replica of range 1 (meta) and knows no other node", self)
 	}
 	return nil, last
+}
+
+// nodeQueue is the nodes still to ask, in order.
+type nodeQueue struct{ ids []uint64 }
+
+// next returns the next node to ask, 0 if none is left.
+func (q *nodeQueue) next() uint64 {
+	if len(q.ids) == 0 {
+		return 0
+	}
+	id := q.ids[0]
+	q.ids = q.ids[1:]
+	return id
+}
+
+// r1Others returns the nodes a node without a replica of range 1 asks in
+// turn to find range 1's leaseholder (clusters of more nodes than the
+// replication factor, or a node removed from range 1): every other member
+// not removed. Empty for a node with a replica of range 1 (it follows its
+// replica's leader and the hints), and for a request another node sent
+// (not passed on again, so asking cannot loop).
+func (n *Node) r1Others(ctx context.Context) *nodeQueue {
+	q := &nodeQueue{}
+	if n.replica(OracleRangeID) != nil || fromNode(ctx) {
+		return q
+	}
+	for _, nd := range n.nodeList() {
+		if nd.NodeId != n.NodeID() && !n.removedPeer(nd.NodeId) {
+			q.ids = append(q.ids, nd.NodeId)
+		}
+	}
+	return q
 }
 
 func (n *Node) r1Leader() uint64 {
@@ -139,31 +201,49 @@ func (n *Node) proposeRemote(ctx context.Context, rangeID uint64, cmd *rpcpb.Raf
 
 // proposeRemoteValue is proposeRemote returning the command's value.
 func (n *Node) proposeRemoteValue(ctx context.Context, rangeID uint64, cmd *rpcpb.RaftCommand) (uint64, error) {
+	var others *nodeQueue
+	if rangeID == OracleRangeID {
+		others = n.r1Others(ctx)
+	} else {
+		others = &nodeQueue{}
+	}
 	target := uint64(0)
 	if rr := n.replica(rangeID); rr != nil {
 		target = rr.r.Status().Leader
+	} else {
+		target = others.next()
 	}
 	if target == 0 {
 		target = n.NodeID()
 	}
 	var last error
-	for i := 0; i < MetaHintsMax; i++ {
+	for hints := 0; hints < MetaHintsMax; {
 		cl, err := n.internalClient(target)
 		if err != nil {
 			return 0, err
 		}
 		resp, err := cl.Propose(ctx, &rpcpb.ProposeRequest{RangeId: rangeID, Command: cmd})
 		if err != nil {
-			return 0, err
+			return 0, err // maybe proposed: not sent again
 		}
 		if resp.Error == nil {
 			return resp.Value, nil
 		}
 		last = errorf(resp.Error)
-		if resp.Error.Code != rpcpb.ErrorCode_NOT_LEASEHOLDER || resp.Error.LeaseholderHint == 0 {
+		noHint := resp.Error.Code == rpcpb.ErrorCode_RANGE_NOT_FOUND ||
+			(resp.Error.Code == rpcpb.ErrorCode_NOT_LEASEHOLDER && resp.Error.LeaseholderHint == 0)
+		if noHint {
+			// Not proposed there: ask the next node, if any.
+			if target = others.next(); target != 0 {
+				continue
+			}
+			return 0, last
+		}
+		if resp.Error.Code != rpcpb.ErrorCode_NOT_LEASEHOLDER {
 			return 0, last
 		}
 		target = resp.Error.LeaseholderHint
+		hints++
 	}
 	return 0, last
 }

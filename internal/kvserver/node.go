@@ -1283,8 +1283,8 @@ func (n *Node) leadsFollowerOn(rr *rangeReplica, self uint64, ids map[uint64]boo
 // replica; the rounds between look only at the ranges that were active
 // since the round before (a quiescent range's leadership and descriptor do
 // not change, so only a transfer refused earlier can be missed until the
-// next sweep).
-const BalanceSweepEvery = 30
+// next sweep). A var for tests.
+var BalanceSweepEvery = 30
 
 // balance moves leadership to each range's preferred node once that node
 // has caught up, and keeps meta records true.
@@ -1322,11 +1322,21 @@ func (n *Node) balance() {
 			n.replicateRound(reps) // replicate.go
 		}
 	}()
+	quiescentChecks := 0
 	for _, rr := range reps {
 		st := rr.r.Status()
 		d := rr.sm.Desc()
-		if !st.IsLeader && st.Leader == 0 && d != nil {
-			n.maybeGCReplica(rr, d) // replicate.go
+		switch {
+		case d == nil || st.IsLeader:
+		case st.Leader == 0:
+			n.maybeGCReplica(rr, d, ReplicaGCCheckInterval) // replicate.go
+		case sweep && st.Quiescent && quiescentChecks < ReplicaGCQuiescentMax:
+			switch asked, answered := n.maybeGCReplica(rr, d, ReplicaGCQuiescentInterval); {
+			case asked && !answered:
+				quiescentChecks = ReplicaGCQuiescentMax // range 1 did not answer: next sweep
+			case asked:
+				quiescentChecks++
+			}
 		}
 		if !st.IsLeader || d == nil {
 			continue

@@ -164,25 +164,9 @@ func (n *Node) fetchTimestamps(count int) (uint64, error) {
 		}
 		return 0
 	}
-	// A node without a replica of range 1 (clusters of more nodes than
-	// the replication factor) learns the host by asking the others in
-	// turn, following their hints.
-	var others []uint64
-	if n.replica(OracleRangeID) == nil {
-		for _, nd := range n.nodeList() {
-			if nd.NodeId != n.NodeID() {
-				others = append(others, nd.NodeId)
-			}
-		}
-	}
-	nextOther := func() uint64 {
-		if len(others) == 0 {
-			return 0
-		}
-		o := others[0]
-		others = others[1:]
-		return o
-	}
+	// A node without a replica of range 1 learns the host by asking the
+	// others in turn, following their hints.
+	nextOther := n.r1Others(ctx).next
 	target := leader()
 	if target == 0 {
 		target = nextOther()

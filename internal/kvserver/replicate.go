@@ -85,30 +85,48 @@ func (n *Node) stuckLearners(d *rpcpb.RangeDescriptor, st replica.Status) []uint
 // asks range 1 whether it is still a member (maybeGCReplica).
 const ReplicaGCCheckInterval = 10 * time.Second
 
-// maybeGCReplica removes rr, a replica that knows no leader, if the
-// range's meta record shows it was removed: a newer generation without
-// it. A replica learns its removal by applying it; one cut off or down
-// meanwhile never does, and would campaign forever (CockroachDB's replica
-// GC queue does this).
-func (n *Node) maybeGCReplica(rr *rangeReplica, d *rpcpb.RangeDescriptor) {
+// A quiescent follower removed from its range without learning it (the
+// entry that removed it never reached it, and its leader no longer sends
+// to it) keeps knowing a live leader and is never ticked: it would sit
+// there for ever, with its data. The balance sweep asks range 1 about at
+// most ReplicaGCQuiescentMax quiescent followers per sweep, each at most
+// every ReplicaGCQuiescentInterval (CockroachDB's replica GC queue checks
+// inactive replicas the same way, every 12 hours). Vars for tests.
+var (
+	ReplicaGCQuiescentInterval = 10 * time.Minute
+	ReplicaGCQuiescentMax      = 32
+)
+
+// maybeGCReplica removes rr, a replica that knows no leader or a
+// quiescent follower, if the range's meta record shows it was removed: a
+// newer generation without it. It asks range 1 about rr's range at most
+// once per every (per range), and reports whether it asked, and whether
+// it had an answer. A replica learns its removal by applying it; one cut off or
+// down meanwhile never does, and would campaign forever, or, quiescent,
+// sit there forever (CockroachDB's replica GC queue does this).
+func (n *Node) maybeGCReplica(rr *rangeReplica, d *rpcpb.RangeDescriptor, every time.Duration) (asked, answered bool) {
 	if n.replicate.gcChecked == nil {
 		n.replicate.gcChecked = map[uint64]time.Time{}
 	}
 	now := time.Now()
-	if t, ok := n.replicate.gcChecked[d.RangeId]; ok && now.Sub(t) < ReplicaGCCheckInterval {
-		return
+	if t, ok := n.replicate.gcChecked[d.RangeId]; ok && now.Sub(t) < every {
+		return false, false
 	}
 	n.replicate.gcChecked[d.RangeId] = now
 	ctx, cancel := context.WithTimeout(n.stopCtx, n.electionTimeout())
 	defer cancel()
 	meta, e := n.lookupMeta(ctx, d.StartKey)
-	if e != nil || meta.RangeId != d.RangeId || meta.Generation <= d.Generation {
-		return
+	if e != nil {
+		return true, false
+	}
+	if meta.RangeId != d.RangeId || meta.Generation <= d.Generation {
+		return true, true
 	}
 	if me := replicaOn(meta, n.NodeID()); me != nil && peerID(me) == rr.peer {
-		return
+		return true, true
 	}
 	n.removeReplica(rr, meta, "removed from the range (meta record of generation "+strconv.FormatUint(meta.Generation, 10)+")")
+	return true, true
 }
 
 // allocatorNodes builds the allocator's view of the nodes, and reports
