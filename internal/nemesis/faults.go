@@ -243,9 +243,7 @@ func (c *cluster) heal(ctx context.Context, db *client.DB, f *fault) error {
 // oracleHost returns the slot of the leaseholder of range 1.
 func (c *cluster) oracleHost(ctx context.Context, db *client.DB) (int, error) {
 	var slot int
-	err := retry(ctx, 30*time.Second, func() error {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
+	err := retryEach(ctx, 30*time.Second, func(rctx context.Context) error {
 		ranges, err := db.Ranges(rctx)
 		if err != nil {
 			return err
@@ -269,9 +267,7 @@ func (c *cluster) oracleHost(ctx context.Context, db *client.DB) (int, error) {
 
 // learnNodeIDs fills in every proc's node ID from the cluster's view.
 func (c *cluster) learnNodeIDs(ctx context.Context, db *client.DB) error {
-	return retry(ctx, time.Minute, func() error {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
+	return retryEach(ctx, time.Minute, func(rctx context.Context) error {
 		info, err := db.ClusterInfo(rctx)
 		if err != nil {
 			return err
@@ -312,9 +308,7 @@ func (c *cluster) addSpare(ctx context.Context, db *client.DB) (uint64, error) {
 	if err := c.startProc(ctx, p, "spare"); err != nil {
 		return 0, err
 	}
-	err := retry(ctx, time.Minute, func() error {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
+	err := retryEach(ctx, time.Minute, func(rctx context.Context) error {
 		ms, err := db.Members(rctx)
 		if err != nil {
 			return err
@@ -334,9 +328,7 @@ func (c *cluster) addSpare(ctx context.Context, db *client.DB) (uint64, error) {
 // replica, removes it and stops its process.
 func (c *cluster) removeSpare(ctx context.Context, db *client.DB, nodeID uint64) error {
 	set := func(m rpcpb.NodeMembership) error {
-		return retry(ctx, time.Minute, func() error {
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
+		return retryEach(ctx, time.Minute, func(rctx context.Context) error {
 			_, err := db.ChangeMembership(rctx, nodeID, m)
 			return err
 		})
@@ -344,9 +336,7 @@ func (c *cluster) removeSpare(ctx context.Context, db *client.DB, nodeID uint64)
 	if err := set(rpcpb.NodeMembership_DECOMMISSIONING); err != nil {
 		return fmt.Errorf("decommissioning n%d: %w", nodeID, err)
 	}
-	err := retry(ctx, 2*time.Minute, func() error {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
+	err := retryEach(ctx, 2*time.Minute, func(rctx context.Context) error {
 		ms, err := db.Members(rctx)
 		if err != nil {
 			return err

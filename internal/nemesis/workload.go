@@ -260,6 +260,20 @@ func retry(ctx context.Context, max time.Duration, f func() error) error {
 	}
 }
 
+// attemptMax bounds one attempt of retryEach.
+const attemptMax = 5 * time.Second
+
+// retryEach is retry with each attempt given its own context, bounded by
+// attemptMax: a call that hangs on a stopped or cut-off node is cut short
+// and tried again, instead of holding the whole retry.
+func retryEach(ctx context.Context, max time.Duration, f func(ctx context.Context) error) error {
+	return retry(ctx, max, func() error {
+		actx, cancel := context.WithTimeout(ctx, attemptMax)
+		defer cancel()
+		return f(actx)
+	})
+}
+
 // bankWorkload: transfers between 50 accounts (internal/bench/bank); the
 // total must hold (check.CheckBankTotal) at the end.
 type bankWorkload struct {
