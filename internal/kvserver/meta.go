@@ -94,7 +94,7 @@ func (n *Node) lookupMeta(ctx context.Context, key []byte) (*rpcpb.RangeDescript
 		}
 	}
 	if last == nil {
-		last = pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "node n%d has no replica of range 1 (meta) and knows no other node", self)
+		last = pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "node n%d has no replica of range 1 (meta)", self)
 	}
 	return nil, last
 }

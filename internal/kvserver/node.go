@@ -1329,9 +1329,9 @@ func (n *Node) balance() {
 		switch {
 		case d == nil || st.IsLeader:
 		case st.Leader == 0:
-			n.maybeGCReplica(rr, d, ReplicaGCCheckInterval) // replicate.go
+			n.maybeGCReplica(rr, d, ReplicaGCCheckInterval, false) // replicate.go
 		case sweep && st.Quiescent && quiescentChecks < ReplicaGCQuiescentMax:
-			switch asked, answered := n.maybeGCReplica(rr, d, ReplicaGCQuiescentInterval); {
+			switch asked, answered := n.maybeGCReplica(rr, d, ReplicaGCQuiescentInterval, true); {
 			case asked && !answered:
 				quiescentChecks = ReplicaGCQuiescentMax // range 1 did not answer: next sweep
 			case asked:

@@ -88,23 +88,28 @@ const ReplicaGCCheckInterval = 10 * time.Second
 // A quiescent follower removed from its range without learning it (the
 // entry that removed it never reached it, and its leader no longer sends
 // to it) keeps knowing a live leader and is never ticked: it would sit
-// there for ever, with its data. The balance sweep asks range 1 about at
-// most ReplicaGCQuiescentMax quiescent followers per sweep, each at most
-// every ReplicaGCQuiescentInterval (CockroachDB's replica GC queue checks
-// inactive replicas the same way, every 12 hours). Vars for tests.
+// there for ever, with its data. The balance sweep looks up at most
+// ReplicaGCQuiescentMax quiescent followers per sweep, each at most every
+// ReplicaGCQuiescentInterval (CockroachDB's replica GC queue checks
+// inactive replicas the same way, every 12 hours). A node with a replica
+// of range 1 reads the meta record from it, maybe stale, at no cost to
+// range 1: a stale record can only be older, so one that leaves the
+// replica out is proof enough. Vars for tests.
 var (
 	ReplicaGCQuiescentInterval = 10 * time.Minute
-	ReplicaGCQuiescentMax      = 32
+	ReplicaGCQuiescentMax      = 8
 )
 
 // maybeGCReplica removes rr, a replica that knows no leader or a
 // quiescent follower, if the range's meta record shows it was removed: a
 // newer generation without it. It asks range 1 about rr's range at most
 // once per every (per range), and reports whether it asked, and whether
-// it had an answer. A replica learns its removal by applying it; one cut off or
+// it had an answer. stale: read the record from this node's replica of
+// range 1 if it has one (the sweep of quiescent followers), except for
+// range 1's own replica, which could be the stale one. A replica learns its removal by applying it; one cut off or
 // down meanwhile never does, and would campaign forever, or, quiescent,
 // sit there forever (CockroachDB's replica GC queue does this).
-func (n *Node) maybeGCReplica(rr *rangeReplica, d *rpcpb.RangeDescriptor, every time.Duration) (asked, answered bool) {
+func (n *Node) maybeGCReplica(rr *rangeReplica, d *rpcpb.RangeDescriptor, every time.Duration, stale bool) (asked, answered bool) {
 	if n.replicate.gcChecked == nil {
 		n.replicate.gcChecked = map[uint64]time.Time{}
 	}
@@ -113,11 +118,18 @@ func (n *Node) maybeGCReplica(rr *rangeReplica, d *rpcpb.RangeDescriptor, every 
 		return false, false
 	}
 	n.replicate.gcChecked[d.RangeId] = now
-	ctx, cancel := context.WithTimeout(n.stopCtx, n.electionTimeout())
-	defer cancel()
-	meta, e := n.lookupMeta(ctx, d.StartKey)
-	if e != nil {
-		return true, false
+	var meta *rpcpb.RangeDescriptor
+	if stale && d.RangeId != OracleRangeID && n.replica(OracleRangeID) != nil {
+		if meta = n.lookupMetaStale(d.StartKey); meta == nil {
+			return true, true
+		}
+	} else {
+		ctx, cancel := context.WithTimeout(n.stopCtx, n.electionTimeout())
+		defer cancel()
+		var e *rpcpb.Error
+		if meta, e = n.lookupMeta(ctx, d.StartKey); e != nil {
+			return true, false
+		}
 	}
 	if meta.RangeId != d.RangeId || meta.Generation <= d.Generation {
 		return true, true
