@@ -1146,15 +1146,7 @@ func (n *Node) tick() {
 	}
 	n.ticks++
 	dead := n.liveness.dead(peers)
-	var revived, newlyDead map[uint64]bool
-	for id := range dead {
-		if !n.lastDead[id] {
-			if newlyDead == nil {
-				newlyDead = map[uint64]bool{}
-			}
-			newlyDead[id] = true
-		}
-	}
+	var revived map[uint64]bool
 	for id := range n.lastDead {
 		if !dead[id] {
 			if revived == nil {
@@ -1198,9 +1190,6 @@ func (n *Node) tick() {
 	for _, rr := range reps {
 		rr.r.Unquiesce()
 		rr.r.Tick()
-		if newlyDead != nil && n.leadsCutOff(rr, self, dead, newlyDead) {
-			rr.r.StepDownCutOff()
-		}
 	}
 	n.checkOracleLeadership()
 }
@@ -1235,32 +1224,6 @@ func (n *Node) dependsOn(rr *rangeReplica, self uint64, dead map[uint64]bool) bo
 		return live < len(d.Replicas)/2+1
 	}
 	return false
-}
-
-// leadsCutOff reports whether rr leads a range most of whose voters are on
-// nodes in dead, one of them in newlyDead (each cut is acted on once: a
-// replica asked to check its quorum while it still hears from one would
-// be asked again every tick; replica.StepDownCutOff).
-func (n *Node) leadsCutOff(rr *rangeReplica, self uint64, dead, newlyDead map[uint64]bool) bool {
-	if !rr.r.Status().IsLeader {
-		return false
-	}
-	d := rr.sm.Desc()
-	if d == nil {
-		return false
-	}
-	voters, live, fresh := 0, 0, false
-	for _, rd := range d.Replicas {
-		if rd.Type != rpcpb.ReplicaType_VOTER {
-			continue
-		}
-		voters++
-		if rd.NodeId == self || !dead[rd.NodeId] {
-			live++
-		}
-		fresh = fresh || newlyDead[rd.NodeId]
-	}
-	return fresh && live < voters/2+1
 }
 
 // leadsFollowerOn reports whether rr leads with a follower on a node in

@@ -341,14 +341,12 @@ type Replica struct {
 	// mu guards the inbox; a worker drains it.
 	mu struct {
 		sync.Mutex
-		msgs     []raftpb.Message
-		props    []*proposal
-		reads    []*readWaiter
-		ticks    int
-		campaign bool
-		transfer uint64
-		// stepDown: StepDownCutOff was called.
-		stepDown  bool
+		msgs      []raftpb.Message
+		props     []*proposal
+		reads     []*readWaiter
+		ticks     int
+		campaign  bool
+		transfer  uint64
 		unreach   []uint64
 		snapFails []uint64
 		// quiesceMsg: a quiesce heartbeat from the leader (StepQuiesce),
@@ -671,26 +669,6 @@ func (r *Replica) wakeLocked() {
 // Campaign asks the replica to start an election now.
 func (r *Replica) Campaign() { r.enqueue(func() { r.mu.campaign = true }) }
 
-// StepDownCutOff makes a leader step down at once, as Raft's CheckQuorum
-// would at its next election-timeout boundary, up to ElectionTicks ticks
-// later. The caller has CheckQuorum's evidence: the node has not heard
-// from a quorum of the range's voters for ElectionTicks ticks (kvserver:
-// Node.tick, from the node's liveness). A leader cut off from its
-// followers then steps down about an election timeout after the cut, not
-// up to two, and its waiting requests end (NOT_LEASEHOLDER, or ambiguous
-// for proposals) while the others elect a leader (issue 13, item 7). A
-// follower ignores it. Stepping down is always safe; a wrong verdict costs
-// an election.
-func (r *Replica) StepDownCutOff() { r.enqueue(func() { r.mu.stepDown = true }) }
-
-// inboxEmptyLocked reports whether nothing waits in the inbox. mu must be
-// held.
-func (r *Replica) inboxEmptyLocked() bool {
-	return len(r.mu.msgs) == 0 && len(r.mu.props) == 0 && len(r.mu.reads) == 0 && !r.mu.campaign &&
-		r.mu.transfer == 0 && len(r.mu.unreach) == 0 && len(r.mu.snapFails) == 0 && r.mu.quiesceMsg == nil &&
-		!r.mu.stepDown
-}
-
 // TransferLeader asks the leader to hand leadership to node to.
 func (r *Replica) TransferLeader(to uint64) { r.enqueue(func() { r.mu.transfer = to }) }
 
@@ -964,18 +942,18 @@ func (r *Replica) drainInbox() {
 	msgs, props, reads := r.mu.msgs, r.mu.props, r.mu.reads
 	ticks, campaign, transfer := r.mu.ticks, r.mu.campaign, r.mu.transfer
 	unreach, snapFails := r.mu.unreach, r.mu.snapFails
-	quiesceMsg, stepDown := r.mu.quiesceMsg, r.mu.stepDown
+	quiesceMsg := r.mu.quiesceMsg
 	r.mu.msgs, r.mu.props, r.mu.reads = nil, nil, nil
-	r.mu.ticks, r.mu.campaign, r.mu.transfer, r.mu.stepDown = 0, false, 0, false
+	r.mu.ticks, r.mu.campaign, r.mu.transfer = 0, false, 0
 	r.mu.unreach, r.mu.snapFails = nil, nil
 	r.mu.quiesceMsg = nil
 	for _, p := range props {
 		p.handed = true
 	}
 	onlyTicks := len(msgs) == 0 && len(props) == 0 && len(reads) == 0 && !campaign &&
-		transfer == 0 && len(unreach) == 0 && len(snapFails) == 0 && quiesceMsg == nil && !stepDown
+		transfer == 0 && len(unreach) == 0 && len(snapFails) == 0 && quiesceMsg == nil
 	onlyQuiesce := quiesceMsg != nil && len(msgs) == 0 && len(props) == 0 && len(reads) == 0 &&
-		!campaign && transfer == 0 && len(unreach) == 0 && len(snapFails) == 0 && !stepDown
+		!campaign && transfer == 0 && len(unreach) == 0 && len(snapFails) == 0
 	r.mu.Unlock()
 
 	leaseRead := r.leaseRead.Swap(false)
@@ -990,17 +968,6 @@ func (r *Replica) drainInbox() {
 	for i := 0; i < ticks; i++ {
 		r.rn.Tick()
 		r.idleTicks++
-	}
-	if stepDown && r.rn.BasicStatus().RaftState == raft.StateLeader {
-		// A leader's Raft runs CheckQuorum every ElectionTicks ticks, on
-		// the followers heard from since the last one: two rounds' worth
-		// of ticks at once run it twice with nothing stepped in between,
-		// so the second finds no follower active and the leader steps
-		// down (etcd raft has no other public way to make a leader step
-		// down). Its heartbeats of these ticks go out as usual.
-		for i := 0; i < 2*r.cfg.ElectionTicks; i++ {
-			r.rn.Tick()
-		}
 	}
 	for _, m := range msgs {
 		// Errors here are messages for an unknown peer or a stale term;
@@ -1137,7 +1104,8 @@ func (r *Replica) maybeQuiesceLeader() bool {
 	// Under mu, and only if the inbox is still empty: whatever arrived
 	// meanwhile has queued the replica and must find it awake.
 	r.mu.Lock()
-	empty := r.inboxEmptyLocked()
+	empty := len(r.mu.msgs) == 0 && len(r.mu.props) == 0 && len(r.mu.reads) == 0 && !r.mu.campaign &&
+		r.mu.transfer == 0 && len(r.mu.unreach) == 0 && len(r.mu.snapFails) == 0 && r.mu.quiesceMsg == nil
 	if empty {
 		r.quiescent.Store(true)
 	}
@@ -1162,7 +1130,8 @@ func (r *Replica) maybeQuiesceFollower(m raftpb.Message) {
 		return
 	}
 	r.mu.Lock()
-	empty := r.inboxEmptyLocked()
+	empty := len(r.mu.msgs) == 0 && len(r.mu.props) == 0 && len(r.mu.reads) == 0 && !r.mu.campaign &&
+		r.mu.transfer == 0 && len(r.mu.unreach) == 0 && len(r.mu.snapFails) == 0 && r.mu.quiesceMsg == nil
 	if empty {
 		r.quiescent.Store(true)
 		r.dropHeartbeatResp = m.From

@@ -331,29 +331,3 @@ func TestFollowerRejectsProposals(t *testing.T) {
 		t.Fatalf("leader read: %v", err)
 	}
 }
-
-// TestStepDownCutOff: a leader whose followers are gone steps down when
-// told it is cut off, without waiting for its next election-timeout
-// boundary (here 100,000 ticks away), and then names no leader.
-func TestStepDownCutOff(t *testing.T) {
-	g := newGroupWith(t, 0, func(c *Config) { c.ElectionTicks = 100_000 })
-	g.replica(1).Campaign()
-	lead := g.leader()
-	g.propose("a=b")
-	for id := uint64(1); id <= 3; id++ {
-		if g.replica(id) != lead {
-			g.stop(id)
-		}
-	}
-	lead.StepDownCutOff()
-	deadline := time.Now().Add(30 * time.Second) // a liveness wait
-	for lead.Status().IsLeader {
-		if time.Now().After(deadline) {
-			t.Fatal("the cut-off leader still leads after StepDownCutOff")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if st := lead.Status(); st.Leader != 0 {
-		t.Fatalf("the cut-off leader names leader %d, want none", st.Leader)
-	}
-}
