@@ -8,7 +8,9 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/canopy-db/canopy/client"
 	"github.com/canopy-db/canopy/internal/bench/kvbench"
 )
 
@@ -120,6 +122,16 @@ func Run(ctx context.Context, s Store, o kvbench.Options, concurrency int) (kvbe
 // Check reads every key (o.LoadConcurrency readers) and returns the sum of
 // the balances; ErrTotalChanged if it is not Keys x InitialBalance. Run it
 // when no transfer is in flight: it reads key by key, not a snapshot.
+//
+// A transfer cut off when the run ended may still hold an intent: a read
+// that meets it waits, and may be answered with a retryable conflict
+// until that transaction's coordinator commits it or its heartbeat
+// lapses and it is aborted. Such a read is tried again, for at most
+// CheckRetryMax.
+// CheckRetryMax bounds how long Check tries again a read that met a live
+// transaction's intent (a transfer cut off when the run ended).
+const CheckRetryMax = 30 * time.Second
+
 func Check(ctx context.Context, s kvbench.KV, o kvbench.Options) (total int64, err error) {
 	o.EnsureDefaults()
 	if err := validate(o); err != nil {
@@ -142,6 +154,10 @@ func Check(ctx context.Context, s kvbench.KV, o kvbench.Options) (total int64, e
 					return
 				}
 				v, ok, err := s.Get(ctx, Key(i))
+				for deadline := time.Now().Add(CheckRetryMax); errors.Is(err, client.ErrRetryable) && time.Now().Before(deadline) && ctx.Err() == nil; {
+					time.Sleep(100 * time.Millisecond)
+					v, ok, err = s.Get(ctx, Key(i))
+				}
 				if err == nil && !ok {
 					err = fmt.Errorf("txnbench: key %d is missing (was it loaded?)", i)
 				}
