@@ -47,17 +47,7 @@ func TestMembersFromLeaseholder(t *testing.T) {
 	rc := newRaw(t, c.Addrs())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var resp *rpcpb.ChangeMembershipResponse
-	for {
-		resp, err = rc.conns[c.Addrs()[leader]].ChangeMembership(ctx, &rpcpb.ChangeMembershipRequest{NodeId: id, Membership: rpcpb.NodeMembership_DECOMMISSIONING})
-		if err == nil && resp.Error == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("decommission n%d: %v %v", id, err, resp.GetError())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	decommission(ctx, t, rc.conns[c.Addrs()[leader]], id)
 	// The other nodes see it at once or at their next refresh; the cut-off
 	// node too, once it reads the members from the leaseholder.
 	for {
@@ -72,6 +62,22 @@ func TestMembersFromLeaseholder(t *testing.T) {
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("after n%d's decommission (range 1's messages to it dropped): %v", id, stale)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// decommission marks node id DECOMMISSIONING through conn, trying again
+// until it is accepted or ctx ends.
+func decommission(ctx context.Context, t *testing.T, conn rpcpb.KVClient, id uint64) {
+	t.Helper()
+	for {
+		resp, err := conn.ChangeMembership(ctx, &rpcpb.ChangeMembershipRequest{NodeId: id, Membership: rpcpb.NodeMembership_DECOMMISSIONING})
+		if err == nil && resp.Error == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("decommission n%d: %v %v", id, err, resp.GetError())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

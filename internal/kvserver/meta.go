@@ -201,11 +201,9 @@ func (n *Node) proposeRemote(ctx context.Context, rangeID uint64, cmd *rpcpb.Raf
 
 // proposeRemoteValue is proposeRemote returning the command's value.
 func (n *Node) proposeRemoteValue(ctx context.Context, rangeID uint64, cmd *rpcpb.RaftCommand) (uint64, error) {
-	var others *nodeQueue
+	others := &nodeQueue{}
 	if rangeID == OracleRangeID {
 		others = n.r1Others(ctx)
-	} else {
-		others = &nodeQueue{}
 	}
 	target := uint64(0)
 	if rr := n.replica(rangeID); rr != nil {

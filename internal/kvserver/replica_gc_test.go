@@ -104,17 +104,7 @@ func TestRemovedQuiescentReplicaCollected(t *testing.T) {
 	dropNode.Store(x)
 	t.Logf("r%d's replica on n%d is quiescent; the range's messages to it are dropped", rangeID, x)
 
-	for {
-		resp, err := rc.conns[c.Addrs()[via]].ChangeMembership(ctx,
-			&rpcpb.ChangeMembershipRequest{NodeId: x, Membership: rpcpb.NodeMembership_DECOMMISSIONING})
-		if err == nil && resp.Error == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("decommission n%d: %v %v", x, err, resp.GetError())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	decommission(ctx, t, rc.conns[c.Addrs()[via]], x)
 	waitFor("r%d moved off n%d", func() bool {
 		for _, rd := range lookup().Range.Replicas {
 			if rd.NodeId == x {

@@ -106,9 +106,10 @@ var (
 // once per every (per range), and reports whether it asked, and whether
 // it had an answer. stale: read the record from this node's replica of
 // range 1 if it has one (the sweep of quiescent followers), except for
-// range 1's own replica, which could be the stale one. A replica learns its removal by applying it; one cut off or
-// down meanwhile never does, and would campaign forever, or, quiescent,
-// sit there forever (CockroachDB's replica GC queue does this).
+// range 1's own replica, which could be the stale one. A replica learns
+// its removal by applying it; one cut off or down meanwhile never does,
+// and would campaign forever, or, quiescent, sit there forever
+// (CockroachDB's replica GC queue does this).
 func (n *Node) maybeGCReplica(rr *rangeReplica, d *rpcpb.RangeDescriptor, every time.Duration, stale bool) (asked, answered bool) {
 	if n.replicate.gcChecked == nil {
 		n.replicate.gcChecked = map[uint64]time.Time{}
