@@ -260,6 +260,14 @@ func (p *Processor) Resolved() (resolved, closed uint64) {
 	return p.mu.resolved, p.mu.closed
 }
 
+// Oldest returns the unresolved intent with the smallest start
+// timestamp, or nil (for status and tests).
+func (p *Processor) Oldest() *Intent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.oldestLocked()
+}
+
 // Intents returns the number of unresolved intents the processor follows.
 func (p *Processor) Intents() int {
 	p.mu.Lock()

@@ -31,16 +31,24 @@ func waitFor(t *testing.T, what string, deadline time.Duration, cond func() bool
 // cond reports no progress for stall.
 func waitForProgress(t *testing.T, what string, stall time.Duration, cond func() (done, progressed bool)) {
 	t.Helper()
+	if !waitForProgressOK(what, stall, cond) {
+		t.Fatalf("%s: no progress for %v", what, stall)
+	}
+}
+
+// waitForProgressOK is waitForProgress reporting a stall (false) instead
+// of failing the test, for a caller that says more about it first.
+func waitForProgressOK(what string, stall time.Duration, cond func() (done, progressed bool)) bool {
 	end := time.Now().Add(stall)
 	for {
 		done, progressed := cond()
 		if done {
-			return
+			return true
 		}
 		if progressed {
 			end = time.Now().Add(stall)
 		} else if time.Now().After(end) {
-			t.Fatalf("%s: no progress for %v", what, stall)
+			return false
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

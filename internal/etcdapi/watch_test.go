@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime/pprof"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,10 +112,12 @@ func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := keys.UserKey(append(bytes.Clone(etcdapi.Prefix), 'k'))
+	var rangeID uint64
 	for _, r := range rs {
 		d := r.Desc
 		if bytes.Compare(d.GetStartKey(), k) <= 0 && (len(d.GetEndKey()) == 0 || bytes.Compare(k, d.GetEndKey()) < 0) {
-			holder = c.LeaderOf(d.GetRangeId())
+			rangeID = d.GetRangeId()
+			holder = c.LeaderOf(rangeID)
 		}
 	}
 	if holder < 0 {
@@ -146,6 +150,7 @@ func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 		t.Fatalf("only %d writes acknowledged", len(acked))
 	}
 	// Every watcher reaches the last acknowledged revision.
+	stalled := false
 	for name, s := range map[string]*stream{"w1": s1, "w2": s2} {
 		last := last
 		if name == "w2" {
@@ -154,7 +159,7 @@ func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 		// Waiting for progress, not for a time: the watcher fails only if
 		// it delivers nothing new for a minute before it gets there.
 		seen := -1
-		waitForProgress(t, name+" reaching the last revision", time.Minute, func() (bool, bool) {
+		if !waitForProgressOK(name+" reaching the last revision", time.Minute, func() (bool, bool) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			if s.err != nil {
@@ -163,7 +168,28 @@ func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 			progressed := len(s.events) > seen
 			seen = len(s.events)
 			return len(s.events) > 0 && s.events[len(s.events)-1].Kv.ModRevision >= last, progressed
-		})
+		}) {
+			// Say what the stall looks like, then let the checks below
+			// name every acknowledged write that is missing.
+			s.mu.Lock()
+			var got int64
+			if len(s.events) > 0 {
+				got = s.events[len(s.events)-1].Kv.ModRevision
+			}
+			s.mu.Unlock()
+			t.Errorf("%s: no progress for a minute: last event at revision %d, last acknowledged %d", name, got, last)
+			for i := range c.Addrs() {
+				n := c.Node(i)
+				if n == nil {
+					continue
+				}
+				resolved, closed, watchers, ok := n.FeedStatus(rangeID)
+				t.Logf("n%d: r%d rangefeed here %v: resolved %d, closed %d, %d watchers, oldest intent %+v",
+					i+1, rangeID, ok, resolved, closed, watchers, n.FeedOldestIntent(rangeID))
+			}
+			logWatchGoroutines(t)
+			stalled = true
+		}
 	}
 	check := func(name string, s *stream, fromRev int64, wantDeletes bool) {
 		s.mu.Lock()
@@ -190,18 +216,30 @@ func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 				t.Errorf("%s: %s: event type %v, the writer did delete=%v", name, id, ev.Type, o.del)
 			}
 		}
+		var missing []op
 		for id, o := range acked {
 			if o.rev < fromRev || (o.del && !wantDeletes) {
 				continue
 			}
 			if !seen[id] {
-				t.Errorf("%s: acknowledged %s (delete %v) never delivered", name, id, o.del)
+				missing = append(missing, o)
 			}
+		}
+		sort.Slice(missing, func(i, j int) bool { return missing[i].rev < missing[j].rev })
+		for i, o := range missing {
+			if i == 10 {
+				t.Errorf("%s: and %d more acknowledged writes never delivered, up to revision %d", name, len(missing)-i, missing[len(missing)-1].rev)
+				break
+			}
+			t.Errorf("%s: acknowledged %s@%d (delete %v) never delivered", name, o.key, o.rev, o.del)
 		}
 		t.Logf("%s: %d events", name, len(s.events))
 	}
 	check("w1", s1, first.Header.Revision, true)
 	check("w2", s2, first.Header.Revision+1, false)
+	if stalled {
+		return
+	}
 	// w2's prev_kv is the key's previous change in w1's stream (which has
 	// every change from w2's start on): its value at that revision, or none
 	// after a delete.
@@ -268,5 +306,24 @@ func TestWatchProgressAndCompaction(t *testing.T) {
 	wr = <-cli.Watch(ctx, "x", clientv3.WithRev(p.Header.Revision))
 	if wr.CompactRevision != p2.Header.Revision || !wr.Canceled {
 		t.Fatalf("watch from a compacted revision: %+v", wr)
+	}
+}
+
+// logWatchGoroutines logs the stacks of the goroutines that serve or
+// follow a watch (the etcd API's sessions, client.Watcher, clientv3's
+// watch streams), at most 40, for a test that saw a watch stall.
+func logWatchGoroutines(t *testing.T) {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	n := 0
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if !strings.Contains(g, "etcdapi.") && !strings.Contains(g, "client.(*Watcher)") && !strings.Contains(g, "clientv3.(*watch") {
+			continue
+		}
+		if n++; n > 40 {
+			t.Log("(more goroutines left out)")
+			return
+		}
+		t.Logf("goroutine stack:\n%s", g)
 	}
 }

@@ -346,6 +346,23 @@ func (n *Node) FeedStatus(rangeID uint64) (resolved, closed uint64, watchers int
 	return resolved, closed, p.Registrations(), true
 }
 
+// FeedOldestIntent reports, for tests, the unresolved intent with the
+// smallest start timestamp that a range's rangefeed here follows (what
+// holds its resolved timestamp back), or nil.
+func (n *Node) FeedOldestIntent(rangeID uint64) *changefeed.Intent {
+	rr := n.replica(rangeID)
+	if rr == nil {
+		return nil
+	}
+	rr.sm.feed.mu.Lock()
+	p := rr.sm.feed.mu.proc
+	rr.sm.feed.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.Oldest()
+}
+
 // feedService serves rpcpb.Feed.
 type feedService struct {
 	rpcpb.UnimplementedFeedServer
