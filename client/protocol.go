@@ -135,7 +135,7 @@ type defaultProtocol struct{}
 func (defaultProtocol) stack(t *Txn) (txnLayer, *txnHeartbeater) {
 	db := t.db
 	var l txnLayer = &txnWire{t: t}
-	l = newSpanRefresher(l, t.opts.Isolation == Serializable, db.opts.ReadSpansMax)
+	l = newSpanRefresher(l, t.opts.Isolation == Serializable, true, db.opts.ReadSpansMax)
 	l = &txnCommitter{next: l, startTs: t.startTs, abortTimeout: db.opts.AbortTimeout, logger: db.opts.Logger, stats: &db.stats,
 		stepHook: db.opts.TestingCommitStep}
 	pipelining, parallelCommits, onePC := db.txnSwitches(t.opts)

@@ -27,8 +27,8 @@ import (
 //	new <layer> [args]   the layer under test: heartbeater [age=<dur>],
 //	                     sequencer, pipeliner [pipelining=off]
 //	                     [budget=<bytes>] [parallel], committer,
-//	                     refresher [iso=snapshot] [max=<n>], recovery
-//	                     commit=<ts> writes=k,k, twopc
+//	                     refresher [iso=snapshot] [max=<n>] [fence=off],
+//	                     recovery commit=<ts> writes=k,k, twopc
 //	script               each input line queues one reply of the fake
 //	                     lower layer: <op> [key=<k>] [err=<kind>]
 //	                     [value=<v>] [kvs=k:v,...] [ts=<n>] [lost]
@@ -581,7 +581,11 @@ func (h *stepHarness) build(t *testing.T, d *datadriven.TestData) {
 		if d.HasArg("max") {
 			d.ScanArgs(t, "max", &max)
 		}
-		f := newSpanRefresher(lower, iso == "serializable", max)
+		fence := "on"
+		if d.HasArg("fence") {
+			d.ScanArgs(t, "fence", &fence)
+		}
+		f := newSpanRefresher(lower, iso == "serializable", fence == "on", max)
 		h.layer = f
 		h.state = func() string {
 			f.mu.Lock()

@@ -18,9 +18,21 @@ import (
 // (start_ts, commit_ts]; with nothing to check (no reads, or snapshot
 // isolation, which records none) it answers at once without sending
 // anything.
+//
+// Under the default protocol (writesFence) a key read and then written
+// by the transaction is left out of the refresh: the write's PutIntent
+// failed on any committed version of the key above start_ts, and from
+// then on the transaction's intent kept every other writer off the key
+// until the decision (another transaction removes it only after writing
+// our status aborted, or recovering a STAGING record, so a commit cannot
+// follow). So no version of such a key can fall in (start_ts, commit_ts]:
+// the refresh could only succeed. A read-modify-write transaction thus
+// commits without a refresh round. Not under 2pc-locking, whose Prepare
+// takes its lock over a newer committed version.
 type txnSpanRefresher struct {
 	next         txnLayer
 	serializable bool
+	writesFence  bool
 	readSpansMax int
 
 	mu struct {
@@ -30,12 +42,20 @@ type txnSpanRefresher struct {
 		reads []*rpcpb.Span
 		// readKeys dedupes point reads in reads.
 		readKeys map[string]struct{}
+		// written: the keys of the transaction's successful writes
+		// (writesFence only).
+		written map[string]struct{}
 	}
 }
 
-func newSpanRefresher(next txnLayer, serializable bool, readSpansMax int) *txnSpanRefresher {
-	r := &txnSpanRefresher{next: next, serializable: serializable, readSpansMax: readSpansMax}
+// newSpanRefresher returns the layer over next; writesFence: a successful
+// write fences its key against other writers until the decision (the
+// default protocol's PutIntent), so a key read and written needs no
+// refresh.
+func newSpanRefresher(next txnLayer, serializable, writesFence bool, readSpansMax int) *txnSpanRefresher {
+	r := &txnSpanRefresher{next: next, serializable: serializable, writesFence: writesFence, readSpansMax: readSpansMax}
 	r.mu.readKeys = map[string]struct{}{}
+	r.mu.written = map[string]struct{}{}
 	return r
 }
 
@@ -69,9 +89,23 @@ func (f *txnSpanRefresher) send(ctx context.Context, r *txnReq) (*txnResp, error
 		fr.spans = append([]*rpcpb.Span(nil), f.mu.reads...)
 		f.mu.Unlock()
 		return f.next.send(ctx, &fr)
+	case opWrite:
+		resp, err := f.next.send(ctx, r)
+		if err == nil && f.writesFence && f.serializable {
+			f.mu.Lock()
+			f.mu.written[string(r.key)] = struct{}{}
+			f.mu.Unlock()
+		}
+		return resp, err
 	case opRefresh:
 		f.mu.Lock()
-		spans := append([]*rpcpb.Span(nil), f.mu.reads...)
+		spans := make([]*rpcpb.Span, 0, len(f.mu.reads))
+		for _, sp := range f.mu.reads {
+			if _, w := f.mu.written[string(sp.GetStart())]; w && len(sp.GetEnd()) == 0 {
+				continue // fenced by our own write (see the type's comment)
+			}
+			spans = append(spans, sp)
+		}
 		f.mu.Unlock()
 		if len(spans) == 0 {
 			return &txnResp{}, nil

@@ -48,7 +48,7 @@ type twoPCProtocol struct{}
 func (twoPCProtocol) stack(t *Txn) (txnLayer, *txnHeartbeater) {
 	db := t.db
 	var l txnLayer = &txnWire{t: t}
-	l = newSpanRefresher(l, t.opts.Isolation == Serializable, db.opts.ReadSpansMax)
+	l = newSpanRefresher(l, t.opts.Isolation == Serializable, false, db.opts.ReadSpansMax)
 	l = &txnCommitter{next: l, startTs: t.startTs, abortTimeout: db.opts.AbortTimeout, logger: db.opts.Logger, stats: &db.stats,
 		stepHook: db.opts.TestingCommitStep}
 	l = newTwoPCCoordinator(l, t.startTs, twoPCTxn{
