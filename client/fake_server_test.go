@@ -74,8 +74,12 @@ type fakeCluster struct {
 		// asyncBatches counts batches sent with async_consensus.
 		asyncBatches int
 		// feedRefusal, if set, is the gRPC error every RangeFeed stream
-		// ends with (fakeFeed); else RangeFeed is unimplemented.
-		feedRefusal error
+		// ends with (fakeFeed); else RangeFeed is unimplemented, unless
+		// feedServeAfter > 0: from that stream on (counting from 1) a
+		// stream sends one checkpoint at from_ts+1 and stays open.
+		feedRefusal    error
+		feedServeAfter int
+		feedStreams    int
 	}
 	tsEntered chan struct{} // receives one value per Timestamps RPC entering the gate
 	nodes     []*fakeNode
@@ -938,9 +942,18 @@ type fakeFeed struct {
 func (f *fakeFeed) RangeFeed(req *rpcpb.RangeFeedRequest, st rpcpb.Feed_RangeFeedServer) error {
 	f.c.mu.Lock()
 	err := f.c.mu.feedRefusal
+	f.c.mu.feedStreams++
+	serve := f.c.mu.feedServeAfter > 0 && f.c.mu.feedStreams >= f.c.mu.feedServeAfter
 	f.c.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if serve {
+		if err := st.Send(&rpcpb.RangeFeedEvent{Checkpoint: &rpcpb.FeedCheckpoint{ResolvedTs: req.GetFromTs() + 1}}); err != nil {
+			return err
+		}
+		<-st.Context().Done()
+		return nil
 	}
 	return f.UnimplementedFeedServer.RangeFeed(req, st)
 }

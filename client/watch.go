@@ -88,6 +88,12 @@ type WatchOptions struct {
 	// this long is pushed (its transaction looked up and, if abandoned,
 	// aborted; default 2s).
 	PushAfter time.Duration
+	// RetryUntilDone: a range that cannot be followed within
+	// Options.SendAttemptsMax attempts is tried again (at the longest
+	// backoff, logged once per round of attempts) until the watch's context
+	// ends, instead of ending the watch with ErrUnavailable. For a server
+	// whose watchers must outlive any outage, as etcd's do (the etcd API).
+	RetryUntilDone bool
 }
 
 // WatchOption sets a watch option.
@@ -119,6 +125,9 @@ type Watcher struct {
 	wg     sync.WaitGroup
 	// resumes counts the range feeds started again after one ended.
 	resumes atomic.Int64
+	// roundsGivenUp counts the rounds of SendAttemptsMax attempts that
+	// ended without following the range (RetryUntilDone only).
+	roundsGivenUp atomic.Int64
 
 	// emitMu orders the resolved timestamps sent (they never go down).
 	emitMu       sync.Mutex
@@ -309,7 +318,13 @@ func (w *Watcher) runPiece(p *watchPiece) error {
 	)
 	for attempt := 0; ; attempt++ {
 		if attempt >= db.sender.timing.sendAttempts() {
-			return giveUp(false, fmt.Sprintf("watch of [%q, %q)", p.start, p.end), lastErr)
+			if !w.opts.RetryUntilDone {
+				return giveUp(false, fmt.Sprintf("watch of [%q, %q)", p.start, p.end), lastErr)
+			}
+			db.opts.Logger.Warn("canopy client: a watched range could not be followed; trying again",
+				"start", p.start, "end", p.end, "attempts", attempt, "err", lastErr)
+			w.roundsGivenUp.Add(1)
+			attempt, unreachable = 1, nil // bo stays at its longest
 		}
 		if attempt > 0 {
 			if err := sleepCtx(w.ctx, bo.next()); err != nil {

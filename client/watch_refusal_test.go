@@ -43,3 +43,44 @@ func TestWatchRefusedIsPermissionError(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchRetryUntilDone checks that a watch with RetryUntilDone keeps
+// trying a range that cannot be followed past Options.SendAttemptsMax
+// attempts, and follows it once a node serves it, where a watch without
+// it ends with ErrUnavailable (etcdapi's watches, which etcd's clients
+// expect to outlive an outage, use it).
+func TestWatchRetryUntilDone(t *testing.T) {
+	c := newFakeCluster(t, 3)
+	db := c.open(func(o *Options) { o.SendAttemptsMax = 5 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	w, err := db.Watch(ctx, PrefixSpan([]byte("a")), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range w.Events() {
+	}
+	if err := w.Err(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("without RetryUntilDone: %v, want ErrUnavailable", err)
+	}
+
+	c.mu.Lock()
+	c.mu.feedServeAfter = c.mu.feedStreams + 12 // more than two rounds of 5 attempts
+	c.mu.Unlock()
+	w, err = db.Watch(ctx, PrefixSpan([]byte("a")), 100, WithWatchOptions(WatchOptions{RetryUntilDone: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ev, ok := <-w.Events()
+	if !ok {
+		t.Fatalf("with RetryUntilDone the watch ended: %v", w.Err())
+	}
+	if ev.Resolved != 101 {
+		t.Fatalf("first event %+v, want the checkpoint at 101", ev)
+	}
+	if n := w.roundsGivenUp.Load(); n < 2 {
+		t.Fatalf("%d rounds of attempts given up before the range was followed, want at least 2", n)
+	}
+}

@@ -192,7 +192,13 @@ func (ss *watchSession) create(r *pb.WatchCreateRequest) error {
 		fromTs = uint64(max(r.StartRevision-1, 1))
 	}
 	wctx, cancel := context.WithCancel(ss.ctx)
-	cw, err := ss.db.Watch(wctx, client.Span{Start: start, End: end}, fromTs)
+	// RetryUntilDone: an etcd watch lasts until its client cancels it or
+	// its history is compacted; a range that cannot be followed for a
+	// while (a leaseholder stopped on a loaded machine) is no reason to
+	// end it, and etcd's Go client would drop the reason (it closes the
+	// channel without an error).
+	cw, err := ss.db.Watch(wctx, client.Span{Start: start, End: end}, fromTs,
+		client.WithWatchOptions(client.WatchOptions{RetryUntilDone: true}))
 	if err != nil {
 		cancel()
 		return refuse(id, 0, toStatus(err).Error(), 0)
@@ -234,6 +240,9 @@ func (ss *watchSession) run(ctx context.Context, wt *watch, r *pb.WatchCreateReq
 		rev := wt.resolved
 		ss.mu.Unlock()
 		if still {
+			// Logged: etcd's Go client (clientv3) closes the watch channel
+			// on a cancellation without passing the reason on.
+			ss.s.opts.Logger.Error("etcdapi: watch cancelled by the server", "watch_id", wt.id, "reason", reason, "compact_revision", compact)
 			_ = ss.send(&pb.WatchResponse{Header: ss.s.header(rev), WatchId: wt.id, Canceled: true, CancelReason: reason, CompactRevision: compact})
 		}
 	}

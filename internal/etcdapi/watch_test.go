@@ -47,6 +47,10 @@ func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 		mu     sync.Mutex
 		events []*clientv3.Event
 		err    error
+		// closed: the channel closed. clientv3 closes it without an
+		// error when the server cancels the watch (the reason is in the
+		// server's log).
+		closed bool
 	}
 	collect := func(wc clientv3.WatchChan) *stream {
 		s := &stream{}
@@ -59,6 +63,9 @@ func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 				s.events = append(s.events, wr.Events...)
 				s.mu.Unlock()
 			}
+			s.mu.Lock()
+			s.closed = true
+			s.mu.Unlock()
 		}()
 		return s
 	}
@@ -164,6 +171,9 @@ func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 			defer s.mu.Unlock()
 			if s.err != nil {
 				t.Fatalf("%s: %v", name, s.err)
+			}
+			if s.closed && (len(s.events) == 0 || s.events[len(s.events)-1].Kv.ModRevision < last) {
+				t.Fatalf("%s: the watch ended (cancelled by the server: its log says why) after %d events", name, len(s.events))
 			}
 			progressed := len(s.events) > seen
 			seen = len(s.events)
@@ -317,7 +327,7 @@ func logWatchGoroutines(t *testing.T) {
 	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
 	n := 0
 	for _, g := range strings.Split(b.String(), "\n\n") {
-		if !strings.Contains(g, "etcdapi.") && !strings.Contains(g, "client.(*Watcher)") && !strings.Contains(g, "clientv3.(*watch") {
+		if !strings.Contains(g, "etcdapi.") && !strings.Contains(g, "client.(*Watcher)") && !strings.Contains(g, "client/v3.(*watch") {
 			continue
 		}
 		if n++; n > 40 {
