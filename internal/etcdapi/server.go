@@ -176,6 +176,16 @@ func (s *Server) Start() {
 	}()
 }
 
+// stopping reports whether Close has begun (the client may be closed).
+func (s *Server) stopping() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // Close stops the expirer and closes the client.
 func (s *Server) Close() {
 	close(s.stop)

@@ -13,6 +13,8 @@ import (
 	"github.com/canopy-db/canopy/client"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // watchServer is etcd's Watch service. Each watch of a stream is a
@@ -139,6 +141,9 @@ func (ss *watchSession) send(r *pb.WatchResponse) error {
 // and cancelled, with the reason, as etcd does.
 func (ss *watchSession) create(r *pb.WatchCreateRequest) error {
 	refuse := func(id int64, rev int64, reason string, compact int64) error {
+		if ss.s.stopping() {
+			return errStopping // the stream breaks: the client watches again elsewhere
+		}
 		if err := ss.send(&pb.WatchResponse{Header: ss.s.header(rev), WatchId: id, Created: true}); err != nil {
 			return err
 		}
@@ -239,6 +244,13 @@ func (ss *watchSession) run(ctx context.Context, wt *watch, r *pb.WatchCreateReq
 		delete(ss.mu.watches, wt.id)
 		rev := wt.resolved
 		ss.mu.Unlock()
+		if still && ss.s.stopping() {
+			// The node is stopping (its client closed first): no
+			// cancellation, which etcd's Go client would take as final;
+			// the stream breaks in a moment and the client resumes the
+			// watch on another node from its last revision.
+			return
+		}
 		if still {
 			// Logged: etcd's Go client (clientv3) closes the watch channel
 			// on a cancellation without passing the reason on.
@@ -322,6 +334,9 @@ func (ss *watchSession) run(ctx context.Context, wt *watch, r *pb.WatchCreateReq
 	}
 	cancelWith(fmt.Sprintf("etcdapi: watch ended: %v", err), 0)
 }
+
+// errStopping ends a Watch stream whose node is stopping.
+var errStopping = status.Error(codes.Unavailable, "etcdapi: node stopping")
 
 // watchPrevReadsParallel bounds the reads of previous values (prev_kv)
 // one watch has in flight at once.

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"runtime/pprof"
 	"sort"
 	"strings"
@@ -16,6 +19,7 @@ import (
 	"github.com/canopy-db/canopy/internal/keys"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 )
 
 // op is one write of the history: what a writer was told.
@@ -335,5 +339,99 @@ func logWatchGoroutines(t *testing.T) {
 			return
 		}
 		t.Logf("goroutine stack:\n%s", g)
+	}
+}
+
+// A node that stops does not cancel the watches it serves. A node closes
+// its etcd API (and the Canopy client under it) before its gRPC server; a
+// watch that then ended on the closed client used to be cancelled, which
+// etcd's Go client takes as final (it closes the channel without an
+// error): the CI stall of TestWatchMatchesHistoryAcrossLeaseholderRestart.
+// Here an etcd API server runs on its own gRPC server over the cluster; it
+// is closed while its gRPC server still serves (the order a node stops
+// in), then the gRPC server stops and a new one serves the address. The
+// watcher, whose only endpoint that is, must get every write once, in
+// order, from before and after.
+func TestWatchSurvivesItsServerStopping(t *testing.T) {
+	c, cli := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	serve := func(lis net.Listener) (*etcdapi.Server, *grpc.Server) {
+		s, err := etcdapi.New(etcdapi.Options{Open: func(ctx context.Context) (*client.DB, error) {
+			return client.Open(ctx, c.Addrs())
+		}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := grpc.NewServer()
+		s.Register(g)
+		s.Start()
+		go func() { _ = g.Serve(lis) }()
+		return s, g
+	}
+	s, g := serve(lis)
+	wcli := newClient(t, addr)
+	first := must(cli.Put(ctx, "s/0", "0"))(t)
+	wc := wcli.Watch(ctx, "s/", clientv3.WithPrefix(), clientv3.WithRev(first.Header.Revision))
+	var revs []int64
+	recv := func(n int) {
+		t.Helper()
+		for len(revs) < n {
+			select {
+			case wr, ok := <-wc:
+				if !ok {
+					t.Fatalf("the watch channel closed after %d events: the server cancelled the watch", len(revs))
+				}
+				if wr.Err() != nil {
+					t.Fatalf("watch: %v", wr.Err())
+				}
+				for _, ev := range wr.Events {
+					revs = append(revs, ev.Kv.ModRevision)
+				}
+			case <-ctx.Done():
+				t.Fatalf("%d events of %d: %v", len(revs), n, ctx.Err())
+			}
+		}
+	}
+	want := []int64{first.Header.Revision}
+	for i := 1; i < 10; i++ {
+		want = append(want, must(cli.Put(ctx, fmt.Sprintf("s/%d", i), "a"))(t).Header.Revision)
+	}
+	recv(len(want))
+	// Closing the API ends the watch's Canopy watch (its client is
+	// closed) while the stream is still up: the server must not cancel.
+	s.Close()
+	for i := 0; i < 10; i++ {
+		want = append(want, must(cli.Put(ctx, fmt.Sprintf("s/%d", i), "b"))(t).Header.Revision)
+	}
+	g.Stop()
+	var lis2 net.Listener
+	for attempt := 0; ; attempt++ { // the port may linger briefly
+		if lis2, err = net.Listen("tcp", addr); err == nil || attempt == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, g2 := serve(lis2)
+	defer func() { g2.Stop(); s2.Close() }()
+	for i := 0; i < 10; i++ {
+		want = append(want, must(cli.Put(ctx, fmt.Sprintf("s/%d", i), "c"))(t).Header.Revision)
+	}
+	recv(len(want))
+	if len(revs) != len(want) {
+		t.Fatalf("%d events, want %d", len(revs), len(want))
+	}
+	for i := range want {
+		if revs[i] != want[i] {
+			t.Fatalf("event %d at revision %d, want %d (every write once, in order)", i, revs[i], want[i])
+		}
 	}
 }
