@@ -244,19 +244,18 @@ func (ss *watchSession) run(ctx context.Context, wt *watch, r *pb.WatchCreateReq
 		delete(ss.mu.watches, wt.id)
 		rev := wt.resolved
 		ss.mu.Unlock()
-		if still && ss.s.stopping() {
-			// The node is stopping (its client closed first): no
-			// cancellation, which etcd's Go client would take as final;
-			// the stream breaks in a moment and the client resumes the
-			// watch on another node from its last revision.
+		if !still || ss.s.stopping() {
+			// Cancelled by the client already; or the node is stopping
+			// (its client closed first): no cancellation, which etcd's Go
+			// client would take as final; the stream breaks in a moment
+			// and the client resumes the watch on another node from its
+			// last revision.
 			return
 		}
-		if still {
-			// Logged: etcd's Go client (clientv3) closes the watch channel
-			// on a cancellation without passing the reason on.
-			ss.s.opts.Logger.Error("etcdapi: watch cancelled by the server", "watch_id", wt.id, "reason", reason, "compact_revision", compact)
-			_ = ss.send(&pb.WatchResponse{Header: ss.s.header(rev), WatchId: wt.id, Canceled: true, CancelReason: reason, CompactRevision: compact})
-		}
+		// Logged: etcd's Go client (clientv3) closes the watch channel on
+		// a cancellation without passing the reason on.
+		ss.s.opts.Logger.Error("etcdapi: watch cancelled by the server", "watch_id", wt.id, "reason", reason, "compact_revision", compact)
+		_ = ss.send(&pb.WatchResponse{Header: ss.s.header(rev), WatchId: wt.id, Canceled: true, CancelReason: reason, CompactRevision: compact})
 	}
 	for ev := range cw.Events() {
 		if ev.Resolved == 0 {

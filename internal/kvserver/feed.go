@@ -332,13 +332,7 @@ func (n *Node) closeRange(ctx context.Context, rr *rangeReplica, candidate uint6
 // FeedStatus reports, for tests and status, a range's rangefeed here: its
 // resolved and closed timestamps and watchers; ok is false if none.
 func (n *Node) FeedStatus(rangeID uint64) (resolved, closed uint64, watchers int, ok bool) {
-	rr := n.replica(rangeID)
-	if rr == nil {
-		return 0, 0, 0, false
-	}
-	rr.sm.feed.mu.Lock()
-	p := rr.sm.feed.mu.proc
-	rr.sm.feed.mu.Unlock()
+	p := n.feedProc(rangeID)
 	if p == nil {
 		return 0, 0, 0, false
 	}
@@ -350,17 +344,21 @@ func (n *Node) FeedStatus(rangeID uint64) (resolved, closed uint64, watchers int
 // smallest start timestamp that a range's rangefeed here follows (what
 // holds its resolved timestamp back), or nil.
 func (n *Node) FeedOldestIntent(rangeID uint64) *changefeed.Intent {
+	if p := n.feedProc(rangeID); p != nil {
+		return p.Oldest()
+	}
+	return nil
+}
+
+// feedProc returns the range's rangefeed processor here, or nil.
+func (n *Node) feedProc(rangeID uint64) *changefeed.Processor {
 	rr := n.replica(rangeID)
 	if rr == nil {
 		return nil
 	}
 	rr.sm.feed.mu.Lock()
-	p := rr.sm.feed.mu.proc
-	rr.sm.feed.mu.Unlock()
-	if p == nil {
-		return nil
-	}
-	return p.Oldest()
+	defer rr.sm.feed.mu.Unlock()
+	return rr.sm.feed.mu.proc
 }
 
 // feedService serves rpcpb.Feed.

@@ -669,6 +669,13 @@ func (r *Replica) wakeLocked() {
 // Campaign asks the replica to start an election now.
 func (r *Replica) Campaign() { r.enqueue(func() { r.mu.campaign = true }) }
 
+// inboxEmptyLocked reports whether nothing waits in the inbox. mu must be
+// held.
+func (r *Replica) inboxEmptyLocked() bool {
+	return len(r.mu.msgs) == 0 && len(r.mu.props) == 0 && len(r.mu.reads) == 0 && !r.mu.campaign &&
+		r.mu.transfer == 0 && len(r.mu.unreach) == 0 && len(r.mu.snapFails) == 0 && r.mu.quiesceMsg == nil
+}
+
 // TransferLeader asks the leader to hand leadership to node to.
 func (r *Replica) TransferLeader(to uint64) { r.enqueue(func() { r.mu.transfer = to }) }
 
@@ -1104,8 +1111,7 @@ func (r *Replica) maybeQuiesceLeader() bool {
 	// Under mu, and only if the inbox is still empty: whatever arrived
 	// meanwhile has queued the replica and must find it awake.
 	r.mu.Lock()
-	empty := len(r.mu.msgs) == 0 && len(r.mu.props) == 0 && len(r.mu.reads) == 0 && !r.mu.campaign &&
-		r.mu.transfer == 0 && len(r.mu.unreach) == 0 && len(r.mu.snapFails) == 0 && r.mu.quiesceMsg == nil
+	empty := r.inboxEmptyLocked()
 	if empty {
 		r.quiescent.Store(true)
 	}
@@ -1130,8 +1136,7 @@ func (r *Replica) maybeQuiesceFollower(m raftpb.Message) {
 		return
 	}
 	r.mu.Lock()
-	empty := len(r.mu.msgs) == 0 && len(r.mu.props) == 0 && len(r.mu.reads) == 0 && !r.mu.campaign &&
-		r.mu.transfer == 0 && len(r.mu.unreach) == 0 && len(r.mu.snapFails) == 0 && r.mu.quiesceMsg == nil
+	empty := r.inboxEmptyLocked()
 	if empty {
 		r.quiescent.Store(true)
 		r.dropHeartbeatResp = m.From

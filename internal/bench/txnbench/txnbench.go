@@ -119,6 +119,10 @@ func Run(ctx context.Context, s Store, o kvbench.Options, concurrency int) (kvbe
 	}, concurrency)
 }
 
+// CheckRetryMax bounds how long Check tries again a read that met a live
+// transaction's intent (a transfer cut off when the run ended).
+const CheckRetryMax = 30 * time.Second
+
 // Check reads every key (o.LoadConcurrency readers) and returns the sum of
 // the balances; ErrTotalChanged if it is not Keys x InitialBalance. Run it
 // when no transfer is in flight: it reads key by key, not a snapshot.
@@ -128,10 +132,6 @@ func Run(ctx context.Context, s Store, o kvbench.Options, concurrency int) (kvbe
 // until that transaction's coordinator commits it or its heartbeat
 // lapses and it is aborted. Such a read is tried again, for at most
 // CheckRetryMax.
-// CheckRetryMax bounds how long Check tries again a read that met a live
-// transaction's intent (a transfer cut off when the run ended).
-const CheckRetryMax = 30 * time.Second
-
 func Check(ctx context.Context, s kvbench.KV, o kvbench.Options) (total int64, err error) {
 	o.EnsureDefaults()
 	if err := validate(o); err != nil {
