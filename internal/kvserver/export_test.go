@@ -18,6 +18,14 @@ func SetDropRaft(drop func(n *Node, rangeID uint64) bool) (restore func()) {
 	return func() { testingHooks.dropRaft = old }
 }
 
+// SetBeforeFeedRegister sets testingHooks.beforeFeedRegister until
+// restore is called. Call it before any node starts.
+func SetBeforeFeedRegister(hook func(n *Node, rangeID uint64)) (restore func()) {
+	old := testingHooks.beforeFeedRegister
+	testingHooks.beforeFeedRegister = hook
+	return func() { testingHooks.beforeFeedRegister = old }
+}
+
 // MembershipOf is n's view of node id's membership.
 func (n *Node) MembershipOf(id uint64) rpcpb.NodeMembership { return n.membership(id) }
 

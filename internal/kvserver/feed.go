@@ -14,6 +14,7 @@ import (
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/storage"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -70,9 +71,13 @@ type rangeFeed struct {
 		// Raft term term; nil otherwise.
 		proc *changefeed.Processor
 		term uint64
-		// unwatched is the index of the last command applied with no
-		// processor installed: a processor's first snapshot must include it.
-		unwatched uint64
+		// lastApplied is the index of the last evaluated command applied
+		// here, whether a processor was installed or not: a new
+		// processor's first snapshot must include it. (Not only the
+		// commands applied with no processor: one staged in a processor
+		// that stopped before its batch committed was never published, so
+		// the next processor must find it in its snapshot.)
+		lastApplied uint64
 		// idleRounds counts the closeTimestamps rounds that found the
 		// processor without watchers; at feedIdleRoundsMax it goes.
 		idleRounds int
@@ -109,9 +114,9 @@ func checkAboveClosed(rr *rangeReplica, writeTs uint64) *rpcpb.Error {
 // feedApplied is rangeSM.Apply's hook for an applied evaluated command.
 func (s *rangeSM) feedApplied(index, term uint64, repr []byte) {
 	s.feed.mu.Lock()
+	s.feed.mu.lastApplied = index
 	p := s.feed.mu.proc
 	if p == nil {
-		s.feed.mu.unwatched = index
 		s.feed.mu.Unlock()
 		return
 	}
@@ -168,7 +173,7 @@ func (n *Node) feedProcessor(ctx context.Context, rr *rangeReplica) (*changefeed
 	old := s.feed.mu.proc
 	p := changefeed.NewProcessor(n.feedOptions())
 	s.feed.mu.proc, s.feed.mu.term = p, st.Term
-	unwatched := s.feed.mu.unwatched
+	lastApplied := s.feed.mu.lastApplied
 	s.feed.mu.Unlock()
 	if old != nil {
 		old.Stop(&feedStop{rpcpb.FeedError_RETRY, pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "range r%d: leadership changed term", rr.r.RangeID())})
@@ -177,8 +182,9 @@ func (n *Node) feedProcessor(ctx context.Context, rr *rangeReplica) (*changefeed
 		s.feedStop(&feedStop{rpcpb.FeedError_RETRY, e})
 		return nil, e
 	}
-	// The snapshot must hold every command applied without the processor;
-	// the batch of the last one commits right after it applied.
+	// The snapshot must hold every command applied before the processor
+	// was installed (those after are staged in it); the batch of the last
+	// one commits right after it applied.
 	deadline := time.Now().Add(feedInitWaitMax)
 	for {
 		snap := n.eng.NewSnapshot()
@@ -187,10 +193,10 @@ func (n *Node) feedProcessor(ctx context.Context, rr *rangeReplica) (*changefeed
 			snap.Close()
 			return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "range r%d: %v", rr.r.RangeID(), err))
 		}
-		if applied < unwatched {
+		if applied < lastApplied {
 			snap.Close()
 			if time.Now().After(deadline) || ctx.Err() != nil {
-				return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "range r%d: applied index %d not yet committed", rr.r.RangeID(), unwatched))
+				return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "range r%d: applied index %d not yet committed", rr.r.RangeID(), lastApplied))
 			}
 			time.Sleep(time.Millisecond)
 			continue
@@ -432,15 +438,22 @@ func (n *Node) rangeFeed(ctx context.Context, req *rpcpb.RangeFeedRequest, send 
 	if e != nil {
 		return retry(e)
 	}
-	// The catch-up snapshot and the registration, with no Flush between.
+	// The catch-up snapshot and the registration, with no Flush between:
+	// the snapshot is taken under the processor's lock, so every command
+	// it lacks is published after the registration (a snapshot taken
+	// before the lock would miss the commands published in between, which
+	// the registration would not see live either).
 	var (
 		reg      *changefeed.Registration
 		fe       *rpcpb.FeedError
+		snap     *storage.Snapshot
 		snapDesc = rr.sm.Desc()
 	)
-	snap := n.eng.NewSnapshot()
-	defer snap.Close()
+	if h := testingHooks.beforeFeedRegister; h != nil {
+		h(n, rr.r.RangeID())
+	}
 	p.Locked(func() {
+		snap = n.eng.NewSnapshot()
 		applied, err := replica.LoadAppliedIndex(snap, rr.r.RangeID())
 		if err != nil {
 			fe = retry(pbErr(rpcpb.ErrorCode_INTERNAL, "range r%d: %v", rr.r.RangeID(), err))
@@ -461,6 +474,7 @@ func (n *Node) rangeFeed(ctx context.Context, req *rpcpb.RangeFeedRequest, send 
 			fe = stopToFeedErr(err)
 		}
 	})
+	defer snap.Close()
 	if fe != nil {
 		return fe
 	}

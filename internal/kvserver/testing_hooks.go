@@ -14,4 +14,7 @@ var testingHooks struct {
 	// dropRaft: n drops an incoming Raft message of rangeID (its replica
 	// hears nothing of the range) while it returns true.
 	dropRaft func(n *Node, rangeID uint64) bool
+	// beforeFeedRegister: a rangefeed of rangeID has its processor and
+	// is about to take its catch-up snapshot and register.
+	beforeFeedRegister func(n *Node, rangeID uint64)
 }
