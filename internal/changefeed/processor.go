@@ -40,6 +40,10 @@ func (o *Options) EnsureDefaults() {
 // ErrTooManyWatchers: the range has Options.RegistrationsMax watchers.
 var ErrTooManyWatchers = errors.New("changefeed: too many watchers of one range")
 
+// ErrNotInitialized: Register was called before Init (a host bug: the
+// registration would miss the commands Init accounts for).
+var ErrNotInitialized = errors.New("changefeed: register before the processor is initialized")
+
 type indexedOps struct {
 	index uint64
 	ops   []Op
@@ -286,10 +290,16 @@ func (p *Processor) Locked(fn func()) {
 // RegisterLocked adds a watcher of [start, end) (end empty: to the range's
 // end) for changes above fromTs, whose catch-up scan reads a snapshot at
 // applied index afterIndex. Call it inside Locked, right after taking that
-// snapshot. The processor's error if it is stopped; ErrTooManyWatchers.
+// snapshot, after Init. The processor's error if it is stopped;
+// ErrTooManyWatchers; ErrNotInitialized before Init, or if afterIndex is
+// below Init's index (the snapshot is older than the processor's start:
+// the commands in between would be in neither).
 func (p *Processor) RegisterLocked(start, end []byte, fromTs, afterIndex uint64) (*Registration, error) {
 	if p.mu.stopped != nil {
 		return nil, p.mu.stopped
+	}
+	if !p.mu.initialized || afterIndex < p.mu.initIndex {
+		return nil, ErrNotInitialized
 	}
 	if len(p.mu.regs) >= p.opts.RegistrationsMax {
 		return nil, ErrTooManyWatchers

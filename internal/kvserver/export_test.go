@@ -18,12 +18,12 @@ func SetDropRaft(drop func(n *Node, rangeID uint64) bool) (restore func()) {
 	return func() { testingHooks.dropRaft = old }
 }
 
-// SetBeforeFeedRegister sets testingHooks.beforeFeedRegister until
-// restore is called. Call it before any node starts.
-func SetBeforeFeedRegister(hook func(n *Node, rangeID uint64)) (restore func()) {
-	old := testingHooks.beforeFeedRegister
-	testingHooks.beforeFeedRegister = hook
-	return func() { testingHooks.beforeFeedRegister = old }
+// SetFeedStep sets testingHooks.feedStep until restore is called. Call
+// it before any node starts.
+func SetFeedStep(hook func(n *Node, rangeID uint64, step string)) (restore func()) {
+	old := testingHooks.feedStep
+	testingHooks.feedStep = hook
+	return func() { testingHooks.feedStep = old }
 }
 
 // MembershipOf is n's view of node id's membership.
@@ -37,4 +37,13 @@ func (n *Node) ReplicaState(rangeID uint64) (exists, quiescent bool) {
 		return false, false
 	}
 	return true, rr.r.Quiescent()
+}
+
+// RangeDescOf is n's descriptor of rangeID, nil if it has no replica.
+func (n *Node) RangeDescOf(rangeID uint64) *rpcpb.RangeDescriptor {
+	rr := n.replica(rangeID)
+	if rr == nil {
+		return nil
+	}
+	return rr.sm.Desc()
 }

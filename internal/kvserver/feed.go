@@ -65,6 +65,11 @@ type rangeFeed struct {
 	tracker changefeed.Tracker
 	// closed is the last closed timestamp published for the range here.
 	closed atomic.Uint64
+	// initMu serializes feedProcessor: a processor is handed out only
+	// once initialized (a registration made before Init would miss the
+	// commands applied before the processor was installed, and those Init
+	// drops from the ones flushed meanwhile). Taken before mu.
+	initMu sync.Mutex
 	mu     struct {
 		sync.Mutex
 		// proc is the range's processor while it is watched here, for the
@@ -165,16 +170,20 @@ func (n *Node) feedProcessor(ctx context.Context, rr *rangeReplica) (*changefeed
 		return nil, n.notLeaseholder(rr)
 	}
 	s := rr.sm
+	s.feed.initMu.Lock()
+	defer s.feed.initMu.Unlock()
 	s.feed.mu.Lock()
 	if p := s.feed.mu.proc; p != nil && s.feed.mu.term == st.Term && p.Stopped() == nil {
 		s.feed.mu.Unlock()
-		return p, nil
+		return p, nil // initialized: its installer held initMu until Init
 	}
 	old := s.feed.mu.proc
 	p := changefeed.NewProcessor(n.feedOptions())
 	s.feed.mu.proc, s.feed.mu.term = p, st.Term
+	s.feed.mu.idleRounds = 0
 	lastApplied := s.feed.mu.lastApplied
 	s.feed.mu.Unlock()
+	feedStepHook(n, rr, "processor-installed")
 	if old != nil {
 		old.Stop(&feedStop{rpcpb.FeedError_RETRY, pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "range r%d: leadership changed term", rr.r.RangeID())})
 	}
@@ -214,6 +223,13 @@ func (n *Node) feedProcessor(ctx context.Context, rr *rangeReplica) (*changefeed
 	n.feeds[rr.r.RangeID()] = rr
 	n.feedsMu.Unlock()
 	return p, nil
+}
+
+// feedStepHook calls testingHooks.feedStep, if set.
+func feedStepHook(n *Node, rr *rangeReplica, step string) {
+	if h := testingHooks.feedStep; h != nil {
+		h(n, rr.r.RangeID(), step)
+	}
 }
 
 // userPart returns the part of the range's span in the user keyspace
@@ -306,6 +322,12 @@ func (n *Node) closeRange(ctx context.Context, rr *rangeReplica, candidate uint6
 		s.feed.mu.Unlock()
 		p.Stop(&feedStop{rpcpb.FeedError_RETRY, n.notLeaseholder(rr)})
 	}
+	// The tracked bounds are read before leadership is confirmed: a write
+	// untracked meanwhile because its proposal was abandoned in a step-down
+	// (it may still apply under the next leader) still counts, and the
+	// confirmation below then fails. A write tracked after this read takes
+	// its timestamp after candidate was handed out.
+	c := s.feed.tracker.Closed(candidate)
 	st := rr.r.Status()
 	if !st.Leaseholder || st.Term != term {
 		lost()
@@ -325,7 +347,6 @@ func (n *Node) closeRange(ctx context.Context, rr *rangeReplica, candidate uint6
 			return
 		}
 	}
-	c := s.feed.tracker.Closed(candidate)
 	for {
 		old := s.feed.closed.Load()
 		if c <= old || s.feed.closed.CompareAndSwap(old, c) {
@@ -428,6 +449,7 @@ func (n *Node) rangeFeed(ctx context.Context, req *rpcpb.RangeFeedRequest, send 
 		e.Range = desc
 		return feedErr(rpcpb.FeedError_RANGE_CHANGED, e)
 	}
+	feedStepHook(n, rr, "span-checked")
 	wctx, cancel := context.WithTimeout(ctx, n.electionTimeout())
 	err := rr.r.WaitLeaseholder(wctx)
 	cancel()
@@ -444,14 +466,11 @@ func (n *Node) rangeFeed(ctx context.Context, req *rpcpb.RangeFeedRequest, send 
 	// before the lock would miss the commands published in between, which
 	// the registration would not see live either).
 	var (
-		reg      *changefeed.Registration
-		fe       *rpcpb.FeedError
-		snap     *storage.Snapshot
-		snapDesc = rr.sm.Desc()
+		reg  *changefeed.Registration
+		fe   *rpcpb.FeedError
+		snap *storage.Snapshot
 	)
-	if h := testingHooks.beforeFeedRegister; h != nil {
-		h(n, rr.r.RangeID())
-	}
+	feedStepHook(n, rr, "before-register")
 	p.Locked(func() {
 		snap = n.eng.NewSnapshot()
 		applied, err := replica.LoadAppliedIndex(snap, rr.r.RangeID())
@@ -479,8 +498,11 @@ func (n *Node) rangeFeed(ctx context.Context, req *rpcpb.RangeFeedRequest, send 
 		return fe
 	}
 	defer reg.Close()
-	if !bytes.Equal(snapDesc.EndKey, rr.sm.Desc().EndKey) {
-		// A split applied between the checks and the snapshot.
+	if rr.sm.Desc().GetGeneration() != desc.GetGeneration() {
+		// A split applied after the span was checked against desc: the
+		// span may reach past the range (the processor, installed after
+		// the split, follows the left side only). A split from here on
+		// stops the processor.
 		return feedErr(rpcpb.FeedError_RANGE_CHANGED, pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "range r%d changed", rr.r.RangeID()))
 	}
 	out := &rpcpb.RangeFeedEvent{}

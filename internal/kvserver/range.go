@@ -387,6 +387,10 @@ func (s *rangeSM) applySplit(b *storage.Batch, desc *rpcpb.RangeDescriptor, sc *
 	}
 	after := func() {
 		s.setDesc(left)
+		// A processor installed between the split's apply (which stopped
+		// the one before, above) and setDesc covers the old span: stop it
+		// too (its watchers look the span up again).
+		s.feedStop(&feedStop{rpcpb.FeedError_RANGE_CHANGED, pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, "range r%d split at %q", s.rangeID, right.StartKey)})
 		s.n.startRange(right)
 	}
 	return splitResult{left: left, right: right}, after

@@ -14,7 +14,11 @@ var testingHooks struct {
 	// dropRaft: n drops an incoming Raft message of rangeID (its replica
 	// hears nothing of the range) while it returns true.
 	dropRaft func(n *Node, rangeID uint64) bool
-	// beforeFeedRegister: a rangefeed of rangeID has its processor and
-	// is about to take its catch-up snapshot and register.
-	beforeFeedRegister func(n *Node, rangeID uint64)
+	// feedStep: a rangefeed of rangeID reached step: "span-checked" (its
+	// span is inside the range's descriptor; next it waits for the lease
+	// and gets the processor), "processor-installed" (feedProcessor
+	// installed a new processor, not yet initialized, holding the range's
+	// feed initMu), "before-register" (it has an initialized processor and
+	// is about to take its catch-up snapshot and register).
+	feedStep func(n *Node, rangeID uint64, step string)
 }

@@ -101,6 +101,11 @@ func (r *Replica) prepareReady(wb *storage.Batch) *pendingReady {
 			delete(r.readCtx, k)
 		}
 		r.lease = leaderLease{}
+		// Published before any proposer learns of the step-down below: a
+		// proposer that is told "ambiguous" stops counting its write as in
+		// flight (kvserver's closed timestamps), so whoever reads the
+		// status after that must see this replica no longer leading.
+		r.publishStatus()
 		if rd.SoftState.Lead == raft.None {
 			// No leader known: this replica stepped down cut off from its
 			// followers (CheckQuorum), or lost an election. Its proposals

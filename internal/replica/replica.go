@@ -526,6 +526,15 @@ func (r *Replica) Stop() {
 	s, own := r.scheduler, r.ownScheduler
 	r.mu.Unlock()
 	close(r.stopc)
+	// No longer leading, before any proposer hears "ambiguous" (see
+	// prepareReady's step-down).
+	if old := r.status.Load(); old != nil && old.IsLeader {
+		st := *old
+		st.IsLeader, st.Leaseholder, st.LeaseExpiry = false, false, time.Time{}
+		r.status.Store(&st)
+		ch := make(chan struct{})
+		close(*r.statusCh.Swap(&ch))
+	}
 	r.failAll(ErrStopped)
 	r.raftMu.Unlock()
 	if s != nil {
@@ -866,6 +875,11 @@ func (r *Replica) ReadIndex(ctx context.Context) error {
 }
 
 func (r *Replica) publishStatus() {
+	select {
+	case <-r.stopc:
+		return // Stop published the last status: not leading
+	default:
+	}
 	bs := r.rn.BasicStatus()
 	var caughtUp, replicating, learners []uint64
 	if bs.RaftState == raft.StateLeader {
