@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-db/canopy/client"
 	"github.com/canopy-db/canopy/internal/etcdapi"
 	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/mvcc"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -28,6 +29,11 @@ type op struct {
 	del   bool
 	rev   int64
 	acked bool
+	// client is the writer's index; at when its reply came, since the
+	// test's start (for the report of a change never delivered).
+	client int
+	at     time.Duration
+	member uint64 // the node whose etcd API answered
 }
 
 // Watches see every committed write exactly once, in revision order,
@@ -42,6 +48,7 @@ func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 	// the waits below are for progress.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	begin := time.Now()
 	first := must(cli.Put(ctx, "w/start", "0"))(t)
 	// Two watchers: from a past revision (catch-up, then live), and with
 	// prev_kv and a filter.
@@ -92,15 +99,16 @@ func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 				if o.del {
 					var r *clientv3.DeleteResponse
 					if r, err = cl.Delete(rctx, k); err == nil {
-						o.rev, o.acked = r.Header.Revision, r.Deleted == 1
+						o.rev, o.acked, o.member = r.Header.Revision, r.Deleted == 1, r.Header.MemberId
 					}
 				} else {
 					var r *clientv3.PutResponse
 					if r, err = cl.Put(rctx, k, fmt.Sprintf("%d-%d", g, i)); err == nil {
-						o.rev, o.acked = r.Header.Revision, true
+						o.rev, o.acked, o.member = r.Header.Revision, true, r.Header.MemberId
 					}
 				}
 				cancel()
+				o.client, o.at = g, time.Since(begin)
 				if err == nil && !o.acked {
 					continue // a delete of a missing key writes nothing
 				}
@@ -134,12 +142,14 @@ func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 	if holder < 0 {
 		t.Fatal("no leaseholder found for the etcd keyspace")
 	}
-	t.Logf("stopping n%d, the etcd keyspace's leaseholder", holder+1)
+	t.Logf("stopping n%d, the etcd keyspace's leaseholder, at %v", holder+1, time.Since(begin))
 	c.StopNode(holder)
+	t.Logf("n%d stopped at %v", holder+1, time.Since(begin))
 	time.Sleep(2 * time.Second)
 	if err := c.RestartNode(holder); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("n%d restarted at %v", holder+1, time.Since(begin))
 	time.Sleep(2 * time.Second)
 	stop()
 	wg.Wait()
@@ -245,7 +255,40 @@ func TestWatchMatchesHistoryAcrossLeaseholderRestart(t *testing.T) {
 				t.Errorf("%s: and %d more acknowledged writes never delivered, up to revision %d", name, len(missing)-i, missing[len(missing)-1].rev)
 				break
 			}
-			t.Errorf("%s: acknowledged %s@%d (delete %v) never delivered", name, o.key, o.rev, o.del)
+			// Is the version in storage? (A watch that skipped it, or a
+			// write acknowledged and lost.)
+			stored := "not read"
+			sk := append(append(bytes.Clone(etcdapi.Prefix), 'k'), o.key...)
+			if kvs, err := db.ScanAt(ctx, sk, append(bytes.Clone(sk), 0), uint64(o.rev), 1); err != nil {
+				stored = err.Error()
+			} else if len(kvs) == 1 && kvs[0].Ts == uint64(o.rev) {
+				stored = "in storage"
+			} else if len(kvs) == 1 {
+				stored = fmt.Sprintf("NOT in storage (newest at or below: %d)", kvs[0].Ts)
+			} else {
+				stored = "NOT in storage (no version at or below)"
+			}
+			// And in each node's engine?
+			var per []string
+			for i := range c.Addrs() {
+				nd := c.Node(i)
+				if nd == nil {
+					per = append(per, fmt.Sprintf("n%d down", i+1))
+					continue
+				}
+				_, vts, _, err := mvcc.Get(nd.Engine(), keys.UserKey(sk), mvcc.Timestamp(o.rev), 0)
+				per = append(per, fmt.Sprintf("n%d %v", i+1, err == nil && uint64(vts) == uint64(o.rev)))
+			}
+			t.Errorf("%s: acknowledged %s@%d (delete %v, writer %d via n%d, acked at %v; %s; per node %v; leader now n%d) never delivered", name, o.key, o.rev, o.del, o.client, o.member, o.at, stored, per, c.LeaderOf(rangeID)+1)
+		}
+		if len(missing) > 0 {
+			lo, hi, between := missing[0].rev, missing[len(missing)-1].rev, 0
+			for id, o := range acked {
+				if o.rev > lo && o.rev < hi && seen[id] {
+					between++
+				}
+			}
+			t.Errorf("%s: %d acknowledged writes between the first and the last missing one were delivered", name, between)
 		}
 		t.Logf("%s: %d events", name, len(s.events))
 	}
