@@ -229,16 +229,24 @@ func (c *Cluster) StopNode(i int) {
 }
 
 // RestartNode starts node i again from its store, on the same address.
+// It tries for up to RestartAddressWaitMax: while the node was down, its
+// port was free, and another process (other tests run side by side) may
+// hold it for a while.
 func (c *Cluster) RestartNode(i int) error {
 	var err error
-	for attempt := 0; attempt < 50; attempt++ {
+	for deadline := time.Now().Add(RestartAddressWaitMax); ; {
 		if err = c.startNode(i, nil); err == nil {
 			return nil
 		}
-		time.Sleep(100 * time.Millisecond) // the port may linger briefly
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return err
 }
+
+// RestartAddressWaitMax bounds RestartNode's wait for the node's address.
+const RestartAddressWaitMax = 30 * time.Second
 
 // LeaderOf returns the 0-based index of the node leading rangeID, or -1.
 func (c *Cluster) LeaderOf(rangeID uint64) int {
