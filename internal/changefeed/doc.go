@@ -71,7 +71,11 @@
 //  4. Register with the applied index of the engine snapshot the
 //     registration's catch-up scan reads (taken under Locked, so that no
 //     Flush runs in between): events at or below that index are in the
-//     scan and are not delivered live.
+//     scan and are not delivered live. Only after Init, on a snapshot at
+//     or above Init's index (ErrNotInitialized otherwise): the commands
+//     applied before the processor was installed, and those Init drops
+//     from the ones flushed meanwhile, are in no earlier snapshot's scan
+//     nor live. (kvserver hands a processor out only once initialized.)
 //  5. Stop(err) when the leaseholder loses its lease, the range splits
 //     or the replica stops: every registration ends with err.
 //
