@@ -47,23 +47,9 @@ func TestRangeFeedRegistersWithoutAGap(t *testing.T) {
 			putErr = putDB.Load().Put(ctx, []byte("race"), []byte("v"))
 		})
 	})
-	defer restore()
-	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	db, err := client.Open(ctx, c.Addrs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	t.Cleanup(restore) // after the cluster stops (cleanups run last first)
+	_, db, ctx := startFeedCluster(t)
 	putDB.Store(db)
-	if err := db.Put(ctx, []byte("before"), []byte("v")); err != nil {
-		t.Fatal(err)
-	}
 	armed.Store(true)
 	w, err := db.Watch(ctx, client.Span{Start: []byte("a"), End: []byte("z")}, 0)
 	if err != nil {
@@ -103,6 +89,29 @@ func TestRangeFeedRegistersWithoutAGap(t *testing.T) {
 		}
 	}
 	t.Fatalf("the put made while the rangefeed registered was never delivered (changes: %q)", got)
+}
+
+// startFeedCluster starts a 3-node cluster and a client, both closed when
+// t ends, writes a first key, and returns them with a context that ends
+// after a minute.
+func startFeedCluster(t *testing.T) (*testcluster.Cluster, *client.DB, context.Context) {
+	t.Helper()
+	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	db, err := client.Open(ctx, c.Addrs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if err := db.Put(ctx, []byte("before"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	return c, db, ctx
 }
 
 // watchUntil reads w's changes until a resolved timestamp at or above
@@ -167,22 +176,8 @@ func TestRangeFeedsRegisteringTogether(t *testing.T) {
 		close(held)
 		<-release
 	})
-	defer restore()
-	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	db, err := client.Open(ctx, c.Addrs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.Put(ctx, []byte("before"), []byte("v")); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(restore) // after the cluster stops (cleanups run last first)
+	_, db, ctx := startFeedCluster(t)
 	armed.Store(true)
 	span := client.Span{Start: []byte("a"), End: []byte("z")}
 	w1, err := db.Watch(ctx, span, 0)
@@ -269,23 +264,9 @@ func TestRangeFeedSplitBeforeItsProcessor(t *testing.T) {
 		}
 		splitErr.Store("the split never applied on the rangefeed's node")
 	})
-	defer restore()
-	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	t.Cleanup(restore) // after the cluster stops (cleanups run last first)
+	c, db, ctx := startFeedCluster(t)
 	addrs = c.Addrs()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	db, err := client.Open(ctx, c.Addrs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.Put(ctx, []byte("before"), []byte("v")); err != nil {
-		t.Fatal(err)
-	}
 	armed.Store(true)
 	w, err := db.Watch(ctx, client.Span{Start: []byte("a"), End: []byte("z")}, 0)
 	if err != nil {
