@@ -78,6 +78,10 @@ while [[ ! -e $stop ]]; do
 	echo "$(date +%T) runs $n, failures $f"
 	if ((n >= RUNS || SECONDS >= end)); then touch "$stop"; fi
 done
+# The load binaries may run for minutes more: end them (the test loops
+# finish their current run).
+pkill -f "$OUT/tc.bin" 2>/dev/null || true
+pkill -f "$OUT/proc.bin" 2>/dev/null || true
 wait "${pids[@]}" 2>/dev/null || true
 n=$(wc -l <"$results")
 f=$(grep -c FAIL "$results" || true)
