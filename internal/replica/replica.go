@@ -531,9 +531,7 @@ func (r *Replica) Stop() {
 	if old := r.status.Load(); old != nil && old.IsLeader {
 		st := *old
 		st.IsLeader, st.Leaseholder, st.LeaseExpiry = false, false, time.Time{}
-		r.status.Store(&st)
-		ch := make(chan struct{})
-		close(*r.statusCh.Swap(&ch))
+		r.storeStatus(&st)
 	}
 	r.failAll(ErrStopped)
 	r.raftMu.Unlock()
@@ -921,6 +919,12 @@ func (r *Replica) publishStatus() {
 	if st.Leaseholder && r.lease.term == bs.Term && r.lease.blockedTerm != bs.Term {
 		st.LeaseExpiry = r.lease.expiry
 	}
+	r.storeStatus(st)
+}
+
+// storeStatus makes st the published status, logs a leadership change and
+// wakes the status waiters (WaitLeaseholder) if leadership moved.
+func (r *Replica) storeStatus(st *Status) {
 	old := r.status.Swap(st)
 	if old != nil {
 		r.logLeadership(old, st)
