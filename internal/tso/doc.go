@@ -63,6 +63,15 @@
 // does not break the argument: the floor (last, or the loaded bound) wins
 // over the clock; timestamps then run ahead of the clock until it catches up.
 //
+// # How far timestamps run ahead of the wall clock
+//
+// Each persisted bound is max(clock+BoundAhead, request end+BoundAhead/16)
+// (Oracle.targetBound), so a new leader, which starts just above the stored
+// bound, is at most BoundAhead ahead of its clock (clocks in sync), however
+// many host changes came before, unless two of them came less than
+// BoundAhead/16 of wall time apart. Users of the physical part as a clock
+// (etcd leases) rely on this bound.
+//
 // # Limits
 //
 // One Allocate returns at most Options.AllocateCountMax timestamps; one

@@ -30,11 +30,14 @@ type Options struct {
 	// relies on it being monotonic or synchronised: timestamps still strictly
 	// increase if it jumps backwards (they just run ahead of it for a while).
 	Clock func() time.Time
-	// BoundAhead is how far past the next timestamp (which is at or past the
-	// current physical time) each persisted bound reaches. Larger: fewer persists (one per BoundAhead of wall time
-	// at low load). Smaller: after a failover the new leader's first
-	// timestamp, which is above the old bound, runs less far ahead of the
-	// wall clock. Whole milliseconds; in [1ms, BoundAheadMax]. Default 3s.
+	// BoundAhead is how far past the current physical time each persisted
+	// bound reaches (and at least BoundAhead/16 past the request that
+	// needs it, when timestamps run ahead of the clock). Larger: fewer
+	// persists (one per BoundAhead of wall time at low load). Smaller: after
+	// a failover the new leader's first timestamp, which is above the old
+	// bound, runs less far ahead of the wall clock: at most BoundAhead,
+	// unless host changes come less than BoundAhead/16 apart. Whole
+	// milliseconds; in [1ms, BoundAheadMax]. Default 3s.
 	BoundAhead time.Duration
 	// LogicalBits is the count of low bits counting timestamps within one
 	// millisecond (2^18 = 262,144 per millisecond by default). When a

@@ -42,7 +42,8 @@ type Persister interface {
 // Oracle hands out only timestamps below the bound it has itself won by a
 // successful CASBound in the current epoch ("won"). When a request does
 // not fit below won, one caller (the extender) persists a new bound,
-// first+count+BoundAhead, with CASBound(won -> new); callers
+// max(physical+BoundAhead, first+count+BoundAhead/16), with
+// CASBound(won -> new); callers
 // that arrive meanwhile wait for it and then allocate from the new window,
 // so N concurrent requests cost one persist, not N (batching). After Reset
 // (leadership gained or lost) nothing is won: the next extender first loads
@@ -64,6 +65,9 @@ type Oracle struct {
 	// aheadTs is BoundAhead in timestamp units (whole milliseconds shifted
 	// by LogicalBits).
 	aheadTs uint64
+	// windowMinTs is the least a new bound reaches past the request that
+	// asked for it: aheadTs/16, at least 1.
+	windowMinTs uint64
 
 	mu struct {
 		sync.Mutex
@@ -105,10 +109,12 @@ func New(opts Options, p Persister) *Oracle {
 	if p == nil {
 		panic("tso: nil Persister")
 	}
+	aheadTs := uint64(opts.BoundAhead.Milliseconds()) << opts.LogicalBits
 	return &Oracle{
-		opts:    opts,
-		p:       p,
-		aheadTs: uint64(opts.BoundAhead.Milliseconds()) << opts.LogicalBits,
+		opts:        opts,
+		p:           p,
+		aheadTs:     aheadTs,
+		windowMinTs: max(aheadTs/windowMinDivisor, 1),
 	}
 }
 
@@ -192,7 +198,7 @@ func (o *Oracle) Allocate(ctx context.Context, count uint32) (first uint64, err 
 		epoch := o.mu.epoch
 		o.mu.Unlock()
 
-		err = o.extend(ctx, epoch, count)
+		first, got, err := o.extend(ctx, epoch, count)
 
 		o.mu.Lock()
 		o.mu.extending = nil
@@ -206,6 +212,9 @@ func (o *Oracle) Allocate(ctx context.Context, count uint32) (first uint64, err 
 		if err != nil {
 			return 0, err
 		}
+		if got {
+			return first, nil
+		}
 	}
 }
 
@@ -215,56 +224,57 @@ type extension struct {
 	err  error         // its failure to share; written before done is closed, read after
 }
 
-// extend loads the bound if this epoch has not, then CASes it past the
-// timestamps count needs plus BoundAhead. It runs with mu.extending set by
+// extend loads the bound if this epoch has not, then CASes it to
+// targetBound. It runs with mu.extending set by
 // the caller, so no other extension runs. It returns nil when it won a
-// bound or when Reset started a new epoch (the caller then tries again).
-func (o *Oracle) extend(ctx context.Context, epoch uint64, count uint32) error {
+// bound or when Reset started a new epoch; got says whether the request was
+// served from the won bound (first is then its first timestamp; otherwise the
+// caller tries again).
+func (o *Oracle) extend(ctx context.Context, epoch uint64, count uint32) (first uint64, got bool, err error) {
 	o.mu.Lock()
 	loaded := o.mu.loaded
 	o.mu.Unlock()
 	if !loaded {
 		bound, err := o.p.LoadBound(ctx)
 		if err != nil {
-			return fmt.Errorf("tso: load bound: %w", err)
+			return 0, false, fmt.Errorf("tso: load bound: %w", err)
 		}
 		o.mu.Lock()
 		if o.mu.epoch != epoch {
 			o.mu.Unlock()
-			return nil
+			return 0, false, nil
 		}
 		o.raiseFloorLocked(bound)
 		o.mu.Unlock()
 	}
 	for attempt := 1; ; attempt++ {
-		physTs, err := o.physicalTs()
+		var physTs uint64
+		physTs, err = o.physicalTs()
 		if err != nil {
-			return err
+			return 0, false, err
 		}
 		o.mu.Lock()
 		if o.mu.epoch != epoch {
 			o.mu.Unlock()
-			return nil
+			return 0, false, nil
 		}
 		expected := o.mu.seen
-		first, err := nextFirst(o.mu.last, physTs, count)
+		first, err = nextFirst(o.mu.last, physTs, count)
 		if err != nil {
 			o.mu.Unlock()
-			return err
+			return 0, false, err
 		}
 		if o.mu.won != 0 && first+uint64(count) <= o.mu.won {
 			// The request fits after all (the clock went back since the
 			// caller looked): no persist needed, let the caller retry.
 			o.mu.Unlock()
-			return nil
+			return 0, false, nil
 		}
-		// BoundAhead past the request, which is at or past the clock: at low
-		// load the bound is physical+BoundAhead; when timestamps run ahead
-		// of the clock, the window still holds BoundAhead's worth, so one
-		// persist serves many requests either way.
-		target := first + uint64(count)
-		if target <= math.MaxUint64-o.aheadTs {
-			target += o.aheadTs
+		var target uint64
+		target, err = o.targetBound(physTs, first, count)
+		if err != nil {
+			o.mu.Unlock()
+			return 0, false, err
 		}
 		if target <= expected || first <= o.mu.last {
 			panic(fmt.Sprintf("tso: new bound %d not above stored bound %d or first %d not above last %d",
@@ -272,7 +282,9 @@ func (o *Oracle) extend(ctx context.Context, epoch uint64, count uint32) error {
 		}
 		o.mu.Unlock()
 
-		current, ok, err := o.p.CASBound(ctx, expected, target)
+		var current uint64
+		var ok bool
+		current, ok, err = o.p.CASBound(ctx, expected, target)
 		switch {
 		case err != nil:
 			o.opts.Metrics.extended("error")
@@ -284,26 +296,71 @@ func (o *Oracle) extend(ctx context.Context, epoch uint64, count uint32) error {
 		if err != nil {
 			// Unknown outcome. If the CAS happened, the next one from
 			// expected fails and the failure path below catches up.
-			return fmt.Errorf("tso: extend bound %d -> %d: %w", expected, target, err)
+			return 0, false, fmt.Errorf("tso: extend bound %d -> %d: %w", expected, target, err)
 		}
 		o.mu.Lock()
 		if o.mu.epoch != epoch {
 			o.mu.Unlock()
-			return nil
+			return 0, false, nil
 		}
 		if ok {
 			o.mu.seen, o.mu.won = target, target
+			// The request that ran the extension is served from the new
+			// window at once, even if the clock has meanwhile passed the
+			// bound (a persist slower than BoundAhead): every extension
+			// serves at least its own request, so Allocate cannot livelock.
+			// Smaller requests may have used the old window meanwhile.
+			first = max(first, o.mu.last+1)
+			if first+uint64(count) <= target {
+				o.mu.last = first + uint64(count) - 1
+				o.mu.Unlock()
+				return first, true, nil
+			}
 			o.mu.Unlock()
-			return nil
+			return 0, false, nil
 		}
 		// Another oracle moved the bound: whatever window we had may now
 		// overlap its timestamps' order, so give it up and start above.
 		o.raiseFloorLocked(current)
 		o.mu.Unlock()
 		if attempt >= o.opts.CASAttemptsMax {
-			return fmt.Errorf("%w: bound moved by another oracle %d times, last to %d", ErrBoundContended, attempt, current)
+			return 0, false, fmt.Errorf("%w: bound moved by another oracle %d times, last to %d", ErrBoundContended, attempt, current)
 		}
 	}
+}
+
+// windowMinDivisor sets the least window a new bound opens past the request
+// that needs it, as a fraction of BoundAhead.
+const windowMinDivisor = 16
+
+// targetBound is the bound an extension CASes to, for a request of count
+// timestamps from first, with the clock at physTs:
+// max(physTs+aheadTs, first+count+windowMinTs).
+//
+// The first term keeps the bound BoundAhead past the clock, so at low load
+// one persist serves BoundAhead of wall time. It is measured from the clock,
+// not from first: after a host change first is just above the stored bound,
+// itself up to BoundAhead past the clock, and a bound BoundAhead past first
+// would move the next host's start another BoundAhead ahead, so quick host
+// changes (a whole-cluster restart) would ratchet the timestamps ever
+// further ahead of the wall clock. The second term is the least window past
+// the request, so that timestamps running ahead of the clock (after a host
+// change, or more than 2^LogicalBits requests in a millisecond) cost one
+// persist per windowMinTs timestamps, not one per request.
+//
+// Hence a new host's first timestamp is at most BoundAhead ahead of its
+// clock, unless two host changes come within BoundAhead/16 of wall time of
+// each other or timestamps outrun the clock by themselves.
+func (o *Oracle) targetBound(physTs, first uint64, count uint32) (uint64, error) {
+	need := first + uint64(count) // no overflow: checked by nextFirst
+	if need > math.MaxUint64-o.windowMinTs {
+		return 0, ErrExhausted
+	}
+	target := need + o.windowMinTs
+	if physTs <= math.MaxUint64-o.aheadTs {
+		target = max(target, physTs+o.aheadTs)
+	}
+	return target, nil
 }
 
 // raiseFloorLocked records that the stored bound is bound and that this

@@ -171,8 +171,9 @@ func TestTimestampShape(t *testing.T) {
 	if next := mustAllocate(t, o, 1); next != (nowMs+5)<<18 {
 		t.Errorf("after the clock advanced: %d, want %d", next, (nowMs+5)<<18)
 	}
-	if won := o.wonForTest(); won != first+3+uint64(DefaultBoundAhead.Milliseconds())<<18 {
-		t.Errorf("won bound %d", won)
+	// BoundAhead past the clock at the first extension, not past the request.
+	if won := o.wonForTest(); won != first+uint64(DefaultBoundAhead.Milliseconds())<<18 {
+		t.Errorf("won bound %d, want %d", won, first+uint64(DefaultBoundAhead.Milliseconds())<<18)
 	}
 }
 
@@ -293,17 +294,22 @@ func TestBatchingCoalescesExtensions(t *testing.T) {
 
 // When the demand exceeds one window, each persist still serves a window of
 // at least BoundAhead: CAS calls <= 1 + total timestamps / BoundAhead.
-func TestBatchingSmallWindow(t *testing.T) {
+// Timestamps run ahead of a stopped clock: the first bound is BoundAhead
+// past the clock, and each later one at least BoundAhead/16 past the
+// request that needs it, so each persist still serves many requests.
+func TestBatchingAheadOfTheClock(t *testing.T) {
 	clock := newClock(nowMs)
 	p := &testPersister{}
-	o := New(Options{Clock: clock.now, BoundAhead: time.Millisecond, LogicalBits: 8}, p) // 256-timestamp windows
-	const n, count = 64, 16
+	// 256 timestamps per ms: BoundAhead is 4,096 timestamps, the least
+	// window 256.
+	o := New(Options{Clock: clock.now, BoundAhead: 16 * time.Millisecond, LogicalBits: 8}, p)
+	const n, count = 512, 16
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() { mustAllocate(t, o, count) })
 	}
 	wg.Wait()
-	if got, limit := p.cas.Load(), int64(1+n*count/256); got > limit {
+	if got, limit := p.cas.Load(), int64(2+(n*count-4096)/256); got > limit {
 		t.Errorf("%d CASBound calls for %d timestamps, want <= %d", got, n*count, limit)
 	}
 }
@@ -593,4 +599,28 @@ func TestBatchedFailure(t *testing.T) {
 	<-p.entered // the waiter extends in its turn
 	p.gate <- struct{}{}
 	<-waiter
+}
+
+// A persist slower than BoundAhead: when it returns the clock has passed
+// the bound it won. The request that ran it is still served from the new
+// window, so Allocate makes progress instead of extending forever.
+func TestPersistSlowerThanBoundAhead(t *testing.T) {
+	clock := newClock(nowMs)
+	p := &testPersister{}
+	p.hook = func(expected, new uint64) (uint64, bool, error, bool) {
+		clock.ms.Add(10) // 10 ms per persist, BoundAhead is 2 ms
+		return 0, false, nil, false
+	}
+	o := New(Options{Clock: clock.now, BoundAhead: 2 * time.Millisecond, LogicalBits: 4}, p)
+	last := uint64(0)
+	for range 100 {
+		first := mustAllocate(t, o, 1)
+		if first <= last {
+			t.Fatalf("timestamp %d after %d", first, last)
+		}
+		last = first
+	}
+	if got := p.cas.Load(); got != 100 {
+		t.Errorf("%d CASBound calls for 100 requests, want 100 (one each)", got)
+	}
 }
