@@ -113,10 +113,14 @@ func TestRemovedQuiescentReplicaCollected(t *testing.T) {
 		}
 		return true
 	})
-	dropNode.Store(0)
-	if exists, q := xn.ReplicaState(rangeID); !exists || !q {
-		t.Fatalf("the setup failed: n%d's replica of r%d exists %v, quiescent %v; want a quiescent replica that missed its removal", x, rangeID, exists, q)
+	// The drop stays on to the end: X can learn of its removal only from
+	// the sweep's question to range 1, which may be quicker than this
+	// check (ReplicaGCQuiescentInterval is 0 here): a replica being
+	// removed is stopped first (no longer quiescent), then leaves the map.
+	if exists, q := xn.ReplicaState(rangeID); exists && q {
+		t.Logf("r%d moved off n%d; n%d's replica missed it and is still quiescent", rangeID, x, x)
+	} else {
+		t.Logf("r%d moved off n%d; n%d's replica is already being collected (exists %v, quiescent %v)", rangeID, x, x, exists, q)
 	}
-	t.Logf("r%d moved off n%d; n%d's replica missed it and is still quiescent", rangeID, x, x)
 	waitFor("n%d's removed replica collected", func() bool { exists, _ := xn.ReplicaState(rangeID); return !exists })
 }
