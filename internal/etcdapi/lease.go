@@ -16,7 +16,8 @@ import (
 // LeaseGraceMs is how long past its expiry a lease is still honoured: the
 // oracle's clock, by which leases expire, may run ahead of the wall clock
 // by up to tso's default BoundAhead (3 s) after the oracle's host changes
-// (however many, unless they come less than about 190 ms apart).
+// (however many; each change less than about 190 ms after the last may add
+// up to that much, and clocks that disagree add their difference).
 // A lease therefore ends between its TTL and its TTL + 3 s after the last
 // keep-alive, never before (docs/ETCD-API.md).
 const LeaseGraceMs = 3000

@@ -270,6 +270,15 @@ func (o *Oracle) extend(ctx context.Context, epoch uint64, count uint32) (first 
 			o.mu.Unlock()
 			return 0, false, nil
 		}
+		if o.mu.won != 0 {
+			// Start past the current window, not in its tail: callers
+			// that fit below won use that tail while the CAS is in flight,
+			// and would otherwise push this request out of a new window
+			// sized for it (round after round, when the window is only
+			// windowMinTs past the request). At most count-1 timestamps
+			// go unused.
+			first = max(first, o.mu.won)
+		}
 		var target uint64
 		target, err = o.targetBound(physTs, first, count)
 		if err != nil {

@@ -624,3 +624,119 @@ func TestPersistSlowerThanBoundAhead(t *testing.T) {
 		t.Errorf("%d CASBound calls for 100 requests, want 100 (one each)", got)
 	}
 }
+
+// While the extender's CAS is in flight, small requests use up the old
+// window (fast path). Were the extender's request (count > windowMinTs) to
+// start in that tail, it would no longer fit below the bound it won, and
+// the same would happen every round: one Allocate would never return
+// although every CAS succeeds. It starts past the old window instead.
+func TestExtenderNotStarvedByFastPath(t *testing.T) {
+	clock := newClock(nowMs) // stopped: timestamps run ahead of the clock
+	p := &testPersister{}
+	var o *Oracle
+	var rounds atomic.Int64
+	p.hook = func(expected, new uint64) (uint64, bool, error, bool) {
+		if rounds.Add(1) > 1000 {
+			return 0, false, nil, false // stop eating: let the test end
+		}
+		if o.wonForTest() == 0 {
+			return 0, false, nil, false
+		}
+		// Use up the old window [last+1, expected) with 1-timestamp requests.
+		o.mu.Lock()
+		empty := o.mu.last+1 >= expected
+		o.mu.Unlock()
+		for !empty {
+			ts, err := o.Allocate(context.Background(), 1)
+			if err != nil {
+				t.Errorf("small: %v", err)
+				return 0, false, nil, false
+			}
+			if ts == expected-1 {
+				return 0, false, nil, false
+			}
+		}
+		return 0, false, nil, false
+	}
+	o = New(Options{Clock: clock.now, BoundAhead: time.Millisecond, LogicalBits: 4}, p) // aheadTs 16, windowMinTs 1
+	mustAllocate(t, o, 1)                                                                   // won = P+16
+	rounds.Store(0)
+	mustAllocate(t, o, 20)
+	if got := p.cas.Load() - 1; got > 3 {
+		t.Errorf("one Allocate(20) took %d CASBound calls (every one won)", got)
+	}
+}
+
+// Several oracles share one persister; random Resets, clock jumps, gated
+// slow CASes and concurrent Allocates. Every timestamp handed out must be
+// unique, and each Oracle's must be below the bound stored at hand-out time.
+func TestStressUniqueAcrossOracles(t *testing.T) {
+	for seed := range 5 {
+		mem := &MemPersister{}
+		var mu sync.Mutex
+		seen := map[uint64]bool{}
+		const nOracles = 3
+		oracles := make([]*Oracle, nOracles)
+		clocks := make([]*fakeClock, nOracles)
+		for i := range oracles {
+			clocks[i] = newClock(nowMs + int64(i)*3)
+			p := &slowPersister{mem: mem, rng: rand.New(rand.NewPCG(uint64(seed), uint64(i)))}
+			oracles[i] = New(Options{Clock: clocks[i].now, BoundAhead: 16 * time.Millisecond, LogicalBits: 3, CASAttemptsMax: 5}, p)
+		}
+		var wg sync.WaitGroup
+		for i := range oracles {
+			for g := range 4 {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(seed), uint64(i*10+g)))
+					for range 100 {
+						// Leadership changes and clock jumps between requests.
+						switch rng.IntN(20) {
+						case 0:
+							oracles[i].Reset()
+						case 1:
+							clocks[i].ms.Add(int64(rng.IntN(5)) - 2)
+						}
+						count := uint32(rng.IntN(40) + 1)
+						first, err := oracles[i].Allocate(context.Background(), count)
+						if err != nil {
+							if errors.Is(err, ErrBoundContended) {
+								continue
+							}
+							t.Errorf("Allocate: %v", err)
+							return
+						}
+						b, _ := mem.LoadBound(context.Background())
+						if first+uint64(count) > b {
+							t.Errorf("span [%d,+%d) not below stored bound %d", first, count, b)
+						}
+						mu.Lock()
+						for k := range uint64(count) {
+							if seen[first+k] {
+								t.Errorf("timestamp %d handed out twice", first+k)
+							}
+							seen[first+k] = true
+						}
+						mu.Unlock()
+					}
+				})
+			}
+		}
+		wg.Wait()
+	}
+}
+
+type slowPersister struct {
+	mem *MemPersister
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+func (p *slowPersister) CASBound(ctx context.Context, expected, new uint64) (uint64, bool, error) {
+	p.mu.Lock()
+	d := time.Duration(p.rng.IntN(200)) * time.Microsecond
+	p.mu.Unlock()
+	time.Sleep(d)
+	return p.mem.CASBound(ctx, expected, new)
+}
+func (p *slowPersister) LoadBound(ctx context.Context) (uint64, error) { return p.mem.LoadBound(ctx) }
+
