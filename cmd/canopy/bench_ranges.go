@@ -29,6 +29,7 @@ type benchRangesOptions struct {
 	idle        time.Duration
 	settle      time.Duration
 	cpuProfile  string
+	putProfile  string
 	memProfile  string
 	concurrency int
 	readyMax    time.Duration
@@ -60,6 +61,7 @@ machine. Every step is bounded: start-up by --ready-max, the runs by
 	f.DurationVar(&o.idle, "idle", 10*time.Second, "how long the idle cluster's CPU is measured")
 	f.DurationVar(&o.settle, "settle", 30*time.Second, "wait after start-up before the idle measurement (elections, lease acquisition and quiescence settle)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the idle window of the last cluster to this file")
+	f.StringVar(&o.putProfile, "put-cpuprofile", "", "write a pprof CPU profile of the put run (warm-up included) of the last cluster to this file")
 	f.StringVar(&o.memProfile, "memprofile", "", "write pprof heap profiles at the start (<file>.base) and the end (<file>) of the idle window of the last cluster: go tool pprof -sample_index=alloc_space -diff_base <file>.base <file> shows what the idle window allocated")
 	f.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients of the put run")
 	f.DurationVar(&o.readyMax, "ready-max", 10*time.Minute, "bound on a cluster's start-up (every range with a leader)")
@@ -178,7 +180,12 @@ func benchRangesOne(ctx context.Context, o benchRangesOptions, n int) (rangesRow
 	}
 	kv := o.kv
 	kv.Progress = os.Stderr
+	stopPutProfile, err := startCPUProfile(o.putProfile)
+	if err != nil {
+		return row, err
+	}
 	row.put, err = kvbench.Run(ctx, db, kv, 0, o.concurrency)
+	stopPutProfile()
 	return row, err
 }
 
