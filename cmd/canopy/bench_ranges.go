@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/csv"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -76,9 +78,12 @@ machine. Every step is bounded: start-up by --ready-max, the runs by
 
 type rangesRow struct {
 	userRanges, totalRanges int
-	startup                 time.Duration
-	idleCPUPercent          float64
-	put                     kvbench.Result
+	// round counts the earlier rows with the same userRanges: a value
+	// given to --ranges again is another round of it.
+	round          int
+	startup        time.Duration
+	idleCPUPercent float64
+	put            kvbench.Result
 }
 
 func runBenchRanges(ctx context.Context, o benchRangesOptions, command string) error {
@@ -107,21 +112,20 @@ func runBenchRanges(ctx context.Context, o benchRangesOptions, command string) e
 		if err != nil {
 			return fmt.Errorf("%d ranges: %w", n, err)
 		}
+		for _, r := range rows {
+			if r.userRanges == n {
+				row.round++
+			}
+		}
 		rows = append(rows, row)
 	}
 	fmt.Println()
-	fmt.Printf("%12s %12s %10s %14s %10s %8s %8s\n", "user ranges", "all ranges", "start s", "idle cpu %", "put ops/s", "p50 ms", "p99 ms")
+	fmt.Printf("%12s %6s %12s %10s %14s %10s %8s %8s\n", "user ranges", "round", "all ranges", "start s", "idle cpu %", "put ops/s", "p50 ms", "p99 ms")
 	for _, r := range rows {
-		fmt.Printf("%12d %12d %10.1f %14.1f %10.1f %8.2f %8.2f\n", r.userRanges, r.totalRanges, r.startup.Seconds(), r.idleCPUPercent,
-			float64(r.put.Ops)/r.put.Elapsed.Seconds(), ms(r.put.All.P50), ms(r.put.All.P99))
+		fmt.Printf("%12d %6d %12d %10.1f %14.1f %10.1f %8.2f %8.2f\n", r.userRanges, r.round+1, r.totalRanges, r.startup.Seconds(), r.idleCPUPercent,
+			r.putRate(), ms(r.put.All.P50), ms(r.put.All.P99))
 	}
-	if len(rows) > 1 {
-		base := rows[0]
-		for _, r := range rows[1:] {
-			fmt.Printf("put throughput at %d ranges / at %d ranges: %.2f\n", r.totalRanges, base.totalRanges,
-				(float64(r.put.Ops)/r.put.Elapsed.Seconds())/(float64(base.put.Ops)/base.put.Elapsed.Seconds()))
-		}
-	}
+	printRangesRatios(rows)
 	if o.out == "" {
 		return nil
 	}
@@ -189,6 +193,55 @@ func benchRangesOne(ctx context.Context, o benchRangesOptions, n int) (rangesRow
 	return row, err
 }
 
+// putRate is the put run's throughput in operations per second.
+func (r rangesRow) putRate() float64 { return float64(r.put.Ops) / r.put.Elapsed.Seconds() }
+
+// printRangesRatios prints, for each range count after the first one
+// given, its put throughput against the first's: per round (rows of the
+// same round, which ran next to each other) and as the ratio of the means
+// over the rounds. Repeating the values (--ranges 12,10000,12,10000) shows
+// how far the ratio moves from run to run.
+func printRangesRatios(rows []rangesRow) {
+	if len(rows) < 2 {
+		return
+	}
+	base := rows[0].userRanges
+	mean := func(n int) (float64, []rangesRow) {
+		var sum float64
+		var rr []rangesRow
+		for _, r := range rows {
+			if r.userRanges == n {
+				sum += r.putRate()
+				rr = append(rr, r)
+			}
+		}
+		return sum / float64(len(rr)), rr
+	}
+	baseMean, baseRows := mean(base)
+	var seen []int
+	for _, r := range rows {
+		if r.userRanges == base || slices.Contains(seen, r.userRanges) {
+			continue
+		}
+		seen = append(seen, r.userRanges)
+		m, rr := mean(r.userRanges)
+		var each []string
+		for _, x := range rr {
+			for _, b := range baseRows {
+				if b.round == x.round {
+					each = append(each, fmt.Sprintf("%.2f", x.putRate()/b.putRate()))
+				}
+			}
+		}
+		fmt.Printf("put throughput at %d user ranges / at %d: %.2f (means over %d and %d rounds)",
+			r.userRanges, base, m/baseMean, len(rr), len(baseRows))
+		if len(rr) > 1 || len(baseRows) > 1 {
+			fmt.Printf("; round by round: %s", strings.Join(each, ", "))
+		}
+		fmt.Println()
+	}
+}
+
 // sleepCtx waits d or until ctx ends.
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
@@ -207,10 +260,10 @@ func writeRangesOutput(out string, m bench.Machine, rows []rangesRow) error {
 		return err
 	}
 	w := csv.NewWriter(f)
-	_ = w.Write([]string{"user_ranges", "all_ranges", "startup_s", "idle_cpu_percent_of_core", "put_ops_per_s", "put_p50_ms", "put_p99_ms", "put_errors", "machine"})
+	_ = w.Write([]string{"user_ranges", "round", "all_ranges", "startup_s", "idle_cpu_percent_of_core", "put_ops_per_s", "put_p50_ms", "put_p99_ms", "put_errors", "machine"})
 	for _, r := range rows {
-		_ = w.Write([]string{strconv.Itoa(r.userRanges), strconv.Itoa(r.totalRanges), fmt.Sprintf("%.1f", r.startup.Seconds()),
-			fmt.Sprintf("%.2f", r.idleCPUPercent), fmt.Sprintf("%.1f", float64(r.put.Ops)/r.put.Elapsed.Seconds()),
+		_ = w.Write([]string{strconv.Itoa(r.userRanges), strconv.Itoa(r.round + 1), strconv.Itoa(r.totalRanges), fmt.Sprintf("%.1f", r.startup.Seconds()),
+			fmt.Sprintf("%.2f", r.idleCPUPercent), fmt.Sprintf("%.1f", r.putRate()),
 			fmt.Sprintf("%.2f", ms(r.put.All.P50)), fmt.Sprintf("%.2f", ms(r.put.All.P99)), strconv.FormatInt(r.put.Errors, 10), m.String()})
 	}
 	w.Flush()
@@ -221,15 +274,29 @@ func writeRangesOutput(out string, m bench.Machine, rows []rangesRow) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	var xs, idle, puts []float64
-	for _, r := range rows {
-		xs = append(xs, float64(r.totalRanges))
-		idle = append(idle, r.idleCPUPercent)
-		puts = append(puts, float64(r.put.Ops)/r.put.Elapsed.Seconds())
+	// One series per round, each in the order of its range counts.
+	var idle, puts []plot.Series
+	for round := 0; ; round++ {
+		var rr []rangesRow
+		for _, r := range rows {
+			if r.round == round {
+				rr = append(rr, r)
+			}
+		}
+		if len(rr) == 0 {
+			break
+		}
+		slices.SortStableFunc(rr, func(a, b rangesRow) int { return cmp.Compare(a.totalRanges, b.totalRanges) })
+		is, ps := plot.Series{Name: fmt.Sprintf("round %d", round+1)}, plot.Series{Name: fmt.Sprintf("round %d", round+1)}
+		for _, r := range rr {
+			is.X, is.Y = append(is.X, float64(r.totalRanges)), append(is.Y, r.idleCPUPercent)
+			ps.X, ps.Y = append(ps.X, float64(r.totalRanges)), append(ps.Y, r.putRate())
+		}
+		idle, puts = append(idle, is), append(puts, ps)
 	}
 	img := plot.Grid("canopy bench ranges", m.String(), 2, 560, 360,
-		plot.LineChart{Title: "idle CPU", XLabel: "ranges", YLabel: "% of one core", LogX: true, Series: []plot.Series{{Name: "idle", X: xs, Y: idle}}},
-		plot.LineChart{Title: "puts", XLabel: "ranges", YLabel: "ops/s", LogX: true, Series: []plot.Series{{Name: "put", X: xs, Y: puts}}},
+		plot.LineChart{Title: "idle CPU", XLabel: "ranges", YLabel: "% of one core", LogX: true, Series: idle},
+		plot.LineChart{Title: "puts", XLabel: "ranges", YLabel: "ops/s", LogX: true, Series: puts},
 	)
 	if err := plot.WritePNG(out+".png", img); err != nil {
 		return err

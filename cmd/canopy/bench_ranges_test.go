@@ -12,11 +12,12 @@ import (
 )
 
 // TestBenchRangesSmall runs `canopy bench ranges` at toy sizes and checks
-// that it writes its CSV (one row per cluster) and its plot, and refuses
+// that it writes its CSV (one row per cluster, a repeated value as its
+// second round) and its plot, and refuses
 // out-of-range flags.
 func TestBenchRangesSmall(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "ranges")
-	o := benchRangesOptions{ranges: []int{1, 3}, idle: 100 * time.Millisecond, concurrency: 2, readyMax: 2 * time.Minute, out: out,
+	o := benchRangesOptions{ranges: []int{1, 3, 1}, idle: 100 * time.Millisecond, concurrency: 2, readyMax: 2 * time.Minute, out: out,
 		kv: kvbench.Options{ValueBytes: 16, Keys: 20, Duration: 200 * time.Millisecond, OpsMax: 100}}
 	if err := runBenchRanges(context.Background(), o, "test"); err != nil {
 		t.Fatal(err)
@@ -25,8 +26,12 @@ func TestBenchRangesSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) != 3 {
-		t.Fatalf("CSV has %d lines, want a header and 2 rows:\n%s", len(lines), b)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("CSV has %d lines, want a header and 3 rows:\n%s", len(lines), b)
+	}
+	if last := lines[3]; !strings.HasPrefix(last, "1,2,") {
+		t.Errorf("the repeated value's row %q is not round 2 of 1 range", last)
 	}
 	if _, err := os.Stat(out + ".png"); err != nil {
 		t.Fatal(err)
