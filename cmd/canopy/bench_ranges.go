@@ -59,7 +59,7 @@ machine. Every step is bounded: start-up by --ready-max, the runs by
 		},
 	}
 	f := cmd.Flags()
-	f.IntSliceVar(&o.ranges, "ranges", []int{6, 1000, 10000}, "user ranges of each cluster; one cluster per value")
+	f.IntSliceVar(&o.ranges, "ranges", []int{6, 1000, 10000}, "user ranges of each cluster; one cluster per value, a value given again is another round of it")
 	f.DurationVar(&o.idle, "idle", 10*time.Second, "how long the idle cluster's CPU is measured")
 	f.DurationVar(&o.settle, "settle", 30*time.Second, "wait after start-up before the idle measurement (elections, lease acquisition and quiescence settle)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the idle window of the last cluster to this file")
@@ -196,11 +196,12 @@ func benchRangesOne(ctx context.Context, o benchRangesOptions, n int) (rangesRow
 // putRate is the put run's throughput in operations per second.
 func (r rangesRow) putRate() float64 { return float64(r.put.Ops) / r.put.Elapsed.Seconds() }
 
-// printRangesRatios prints, for each range count after the first one
-// given, its put throughput against the first's: per round (rows of the
-// same round, which ran next to each other) and as the ratio of the means
-// over the rounds. Repeating the values (--ranges 12,10000,12,10000) shows
-// how far the ratio moves from run to run.
+// printRangesRatios prints, for each range count other than the first one
+// given, its put throughput against the first's: per round (the k-th
+// cluster of each count against the k-th of the first; they ran next to
+// each other when the values are given interleaved, as in
+// --ranges 12,10000,12,10000) and as the ratio of the means over the
+// rounds, which shows how far the ratio moves from run to run.
 func printRangesRatios(rows []rangesRow) {
 	if len(rows) < 2 {
 		return
@@ -294,9 +295,12 @@ func writeRangesOutput(out string, m bench.Machine, rows []rangesRow) error {
 		}
 		idle, puts = append(idle, is), append(puts, ps)
 	}
-	img := plot.Grid("canopy bench ranges", m.String(), 2, 560, 360,
-		plot.LineChart{Title: "idle CPU", XLabel: "ranges", YLabel: "% of one core", LogX: true, Series: idle},
-		plot.LineChart{Title: "puts", XLabel: "ranges", YLabel: "ops/s", LogX: true, Series: puts},
+	// The legend in a panel of its own: inside a chart it covered the
+	// leftmost points.
+	img := plot.Grid("canopy bench ranges", m.String(), 3, 480, 360,
+		plot.LineChart{Title: "idle CPU", XLabel: "ranges", YLabel: "% of one core", LogX: true, Series: idle, HideLegend: true},
+		plot.LineChart{Title: "puts", XLabel: "ranges", YLabel: "ops/s", LogX: true, Series: puts, HideLegend: true},
+		plot.Legend{Title: "round", Series: puts},
 	)
 	if err := plot.WritePNG(out+".png", img); err != nil {
 		return err
