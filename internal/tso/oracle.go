@@ -151,6 +151,7 @@ func (o *Oracle) Allocate(ctx context.Context, count uint32) (first uint64, err 
 	if count == 0 || count > o.opts.AllocateCountMax {
 		return 0, fmt.Errorf("%w: count %d not in [1, %d]", ErrInvalidArgument, count, o.opts.AllocateCountMax)
 	}
+	waited := false // for an extension by another call
 	for {
 		if err := ctx.Err(); err != nil {
 			return 0, fmt.Errorf("tso: allocate: %w", err)
@@ -167,6 +168,17 @@ func (o *Oracle) Allocate(ctx context.Context, count uint32) (first uint64, err 
 				return 0, err
 			}
 			if first+uint64(count) <= o.mu.won { // no overflow: checked by nextFirst
+				o.mu.last = first + uint64(count) - 1
+				o.mu.Unlock()
+				return first, nil
+			}
+			if waited && o.mu.last+1+uint64(count) <= o.mu.won { // no overflow: first >= last+1
+				// The clock passed the window while this call waited for
+				// the extension (a persist slower than BoundAhead): take the
+				// window's next timestamps, below the clock, rather than
+				// run a persist of its own after the others' (each as slow:
+				// at worst one per waiter, in turn).
+				first = o.mu.last + 1
 				o.mu.last = first + uint64(count) - 1
 				o.mu.Unlock()
 				return first, nil
@@ -191,6 +203,7 @@ func (o *Oracle) Allocate(ctx context.Context, count uint32) (first uint64, err 
 			if batchErr != nil {
 				return 0, batchErr
 			}
+			waited = true
 			continue
 		}
 		ext := &extension{done: make(chan struct{})}

@@ -740,3 +740,38 @@ func (p *slowPersister) CASBound(ctx context.Context, expected, new uint64) (uin
 }
 func (p *slowPersister) LoadBound(ctx context.Context) (uint64, error) { return p.mem.LoadBound(ctx) }
 
+
+// A persist slower than BoundAhead with callers waiting on it: when it
+// returns, the clock has passed the bound it won, and the waiters take
+// their timestamps from the new window (below the clock) instead of each
+// running a persist of its own, one after the other.
+func TestSlowPersistServesItsWaiters(t *testing.T) {
+	clock := newClock(nowMs)
+	p := gated()
+	o := New(Options{Clock: clock.now, BoundAhead: 2 * time.Millisecond, LogicalBits: 8}, p) // a window of 512
+	const n = 50
+	firsts := make(chan uint64, n)
+	var wg sync.WaitGroup
+	wg.Go(func() { firsts <- mustAllocate(t, o, 1) }) // the extender
+	<-p.entered
+	for range n - 1 {
+		wg.Go(func() { firsts <- mustAllocate(t, o, 1) })
+	}
+	for o.waitingForTest() < n-1 {
+		runtime.Gosched()
+	}
+	clock.ms.Add(10) // the persist took 10 ms: the clock is past the bound
+	close(p.gate)
+	wg.Wait()
+	close(firsts)
+	seen := map[uint64]bool{}
+	for f := range firsts {
+		if seen[f] {
+			t.Fatalf("timestamp %d handed out twice", f)
+		}
+		seen[f] = true
+	}
+	if got := p.cas.Load(); got != 1 {
+		t.Errorf("%d CASBound calls for %d waiting requests, want 1", got, n)
+	}
+}
