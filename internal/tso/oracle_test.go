@@ -659,7 +659,7 @@ func TestExtenderNotStarvedByFastPath(t *testing.T) {
 		return 0, false, nil, false
 	}
 	o = New(Options{Clock: clock.now, BoundAhead: time.Millisecond, LogicalBits: 4}, p) // aheadTs 16, windowMinTs 1
-	mustAllocate(t, o, 1)                                                                   // won = P+16
+	mustAllocate(t, o, 1)                                                               // won = P+16
 	rounds.Store(0)
 	mustAllocate(t, o, 20)
 	if got := p.cas.Load() - 1; got > 3 {
@@ -739,7 +739,6 @@ func (p *slowPersister) CASBound(ctx context.Context, expected, new uint64) (uin
 	return p.mem.CASBound(ctx, expected, new)
 }
 func (p *slowPersister) LoadBound(ctx context.Context) (uint64, error) { return p.mem.LoadBound(ctx) }
-
 
 // A persist slower than BoundAhead with callers waiting on it: when it
 // returns, the clock has passed the bound it won, and the waiters take
