@@ -63,7 +63,7 @@ machine. Every step is bounded: start-up by --ready-max, the runs by
 	f.DurationVar(&o.idle, "idle", 10*time.Second, "how long the idle cluster's CPU is measured")
 	f.DurationVar(&o.settle, "settle", 30*time.Second, "wait after start-up before the idle measurement (elections, lease acquisition and quiescence settle)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the idle window of the last cluster to this file")
-	f.StringVar(&o.putProfile, "put-cpuprofile", "", "write a pprof CPU profile of the put run (warm-up included) of the last cluster to this file")
+	f.StringVar(&o.putProfile, "put-cpuprofile", "", "write a pprof CPU profile of each cluster's put run (warm-up included) to this file; with several clusters, to FILE.<ranges>-r<round>")
 	f.StringVar(&o.memProfile, "memprofile", "", "write pprof heap profiles at the start (<file>.base) and the end (<file>) of the idle window of the last cluster: go tool pprof -sample_index=alloc_space -diff_base <file>.base <file> shows what the idle window allocated")
 	f.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients of the put run")
 	f.DurationVar(&o.readyMax, "ready-max", 10*time.Minute, "bound on a cluster's start-up (every range with a leader)")
@@ -107,16 +107,22 @@ func runBenchRanges(ctx context.Context, o benchRangesOptions, command string) e
 	fmt.Printf("  workload: idle %v, then puts of %d-byte values over %d keys, %d clients, at most %v and %d ops after a %v warm-up\n\n",
 		o.idle, o.kv.ValueBytes, o.kv.Keys, o.concurrency, o.kv.Duration, o.kv.OpsMax, o.kv.Warmup)
 	var rows []rangesRow
-	for _, n := range o.ranges {
-		row, err := benchRangesOne(ctx, o, n)
+	for i, n := range o.ranges {
+		round := 0
+		for _, m := range o.ranges[:i] {
+			if m == n {
+				round++
+			}
+		}
+		oc := o
+		if oc.putProfile != "" && len(o.ranges) > 1 {
+			oc.putProfile = fmt.Sprintf("%s.%d-r%d", o.putProfile, n, round+1)
+		}
+		row, err := benchRangesOne(ctx, oc, n)
 		if err != nil {
 			return fmt.Errorf("%d ranges: %w", n, err)
 		}
-		for _, r := range rows {
-			if r.userRanges == n {
-				row.round++
-			}
-		}
+		row.round = round
 		rows = append(rows, row)
 	}
 	fmt.Println()

@@ -17,7 +17,8 @@ import (
 // out-of-range flags.
 func TestBenchRangesSmall(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "ranges")
-	o := benchRangesOptions{ranges: []int{1, 3, 1}, idle: 100 * time.Millisecond, concurrency: 2, readyMax: 2 * time.Minute, out: out,
+	prof := filepath.Join(t.TempDir(), "put.prof")
+	o := benchRangesOptions{ranges: []int{1, 3, 1}, putProfile: prof, idle: 100 * time.Millisecond, concurrency: 2, readyMax: 2 * time.Minute, out: out,
 		kv: kvbench.Options{ValueBytes: 16, Keys: 20, Duration: 200 * time.Millisecond, OpsMax: 100}}
 	if err := runBenchRanges(context.Background(), o, "test"); err != nil {
 		t.Fatal(err)
@@ -32,6 +33,11 @@ func TestBenchRangesSmall(t *testing.T) {
 	}
 	if last := lines[3]; !strings.HasPrefix(last, "1,2,") {
 		t.Errorf("the repeated value's row %q is not round 2 of 1 range", last)
+	}
+	for _, suffix := range []string{".1-r1", ".3-r1", ".1-r2"} {
+		if _, err := os.Stat(prof + suffix); err != nil {
+			t.Errorf("no put profile of that cluster: %v", err)
+		}
 	}
 	if _, err := os.Stat(out + ".png"); err != nil {
 		t.Fatal(err)
