@@ -4,7 +4,10 @@
 //
 // A timestamp is physical milliseconds << LogicalBits plus a logical
 // count, but never less than the last one plus 1: max(last+1,
-// millis<<LogicalBits). The clock and the persistence of the bound are
+// millis<<LogicalBits). (One exception: after a persist slower than
+// BoundAhead, the requests that waited for it take the next timestamps of
+// its window, last+1 on, which may then be below the clock; see Allocate.)
+// The clock and the persistence of the bound are
 // injected (Options.Clock, Persister), so the core does no I/O of its own.
 // The server hosts one Oracle on every replica of range 1 and lets only the
 // leaseholder use it; the bound lives at keys.OracleBoundKey.

@@ -38,7 +38,8 @@ type Persister interface {
 // Oracle hands out strictly increasing timestamps from an in-memory window
 // below a persisted upper bound.
 //
-// Outline. A timestamp is max(last+1, physicalMillis<<LogicalBits). The
+// Outline. A timestamp is max(last+1, physicalMillis<<LogicalBits), or
+// last+1 for the requests served by a persist the clock outran. The
 // Oracle hands out only timestamps below the bound it has itself won by a
 // successful CASBound in the current epoch ("won"). When a request does
 // not fit below won, one caller (the extender) persists a new bound,
