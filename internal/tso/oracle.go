@@ -242,8 +242,8 @@ type extension struct {
 // targetBound. It runs with mu.extending set by
 // the caller, so no other extension runs. It returns nil when it won a
 // bound or when Reset started a new epoch; got says whether the request was
-// served from the won bound (first is then its first timestamp; otherwise the
-// caller tries again).
+// served from the won bound (first is then its first timestamp; otherwise,
+// a new epoch or a request that fits after all, the caller tries again).
 func (o *Oracle) extend(ctx context.Context, epoch uint64, count uint32) (first uint64, got bool, err error) {
 	o.mu.Lock()
 	loaded := o.mu.loaded
@@ -332,15 +332,15 @@ func (o *Oracle) extend(ctx context.Context, epoch uint64, count uint32) (first 
 			// window at once, even if the clock has meanwhile passed the
 			// bound (a persist slower than BoundAhead): every extension
 			// serves at least its own request, so Allocate cannot livelock.
-			// Smaller requests may have used the old window meanwhile.
-			first = max(first, o.mu.last+1)
-			if first+uint64(count) <= target {
-				o.mu.last = first + uint64(count) - 1
-				o.mu.Unlock()
-				return first, true, nil
+			// first is still free: it starts at or past the old window,
+			// and meanwhile other calls took only timestamps below that
+			// window's bound; targetBound left room for count.
+			if first <= o.mu.last {
+				panic(fmt.Sprintf("tso: first %d of a won window not above last %d", first, o.mu.last))
 			}
+			o.mu.last = first + uint64(count) - 1
 			o.mu.Unlock()
-			return 0, false, nil
+			return first, true, nil
 		}
 		// Another oracle moved the bound: whatever window we had may now
 		// overlap its timestamps' order, so give it up and start above.
