@@ -281,6 +281,8 @@ type Point struct {
 	// figures are of, ClassDistributed or ClassLocal.
 	Share float64
 	Class string
+	// Disjoint: each client had objects of its own (Runner.Disjoint).
+	Disjoint bool
 	// Round numbers the repetitions of the run's sequence of points (0
 	// for the first).
 	Round int
@@ -327,6 +329,12 @@ type Runner struct {
 	Delayer *Delayer
 	Keys    Keyspace
 	Seed    uint64
+	// Disjoint gives each client objects of its own (see
+	// Keyspace.ValidateDisjoint): no two transactions touch one object, so
+	// none conflicts and every one commits at its first attempt. It is the
+	// stand-in for the thesis's runs with validation logic off (4.2, where
+	// all transactions commit): docs/BENCHMARKS.md says what differs.
+	Disjoint bool
 }
 
 // Classes of transaction: a distributed one updates one object on each of
@@ -351,24 +359,57 @@ func (k Keyspace) ValidateShare(share float64) error {
 	return nil
 }
 
+// ValidateDisjoint checks that clients can each have objects of their
+// own: client c of clients takes, on every node, the objects j with
+// j mod clients = c, so each node needs at least one object per client,
+// and UpdatesPerTxn per client where local transactions run (share < 1).
+func (k Keyspace) ValidateDisjoint(clients int, share float64) error {
+	need := 1
+	if share < 1 {
+		need = UpdatesPerTxn
+	}
+	if clients < 1 || k.PerNode()/clients < need {
+		return fmt.Errorf("hierbench: %d clients with objects of their own need %d objects per node (%d per client), have %d",
+			clients, clients*need, need, k.PerNode())
+	}
+	return nil
+}
+
+// objects picks the objects a client's transactions take on a node:
+// uniformly among all of a node's objects, or among the client's own
+// (j = client + clients*r) where they are disjoint.
+type objects struct {
+	perNode         int
+	disjoint        bool
+	client, clients int
+}
+
+func (o objects) pick(rng *rand.Rand) int {
+	if !o.disjoint {
+		return rng.IntN(o.perNode)
+	}
+	return o.client + o.clients*rng.IntN(o.perNode/o.clients)
+}
+
 // Txn runs one distributed transaction of the workload on db: for each
 // node, in a random order, read then write one uniformly chosen object
 // there.
 func Txn(ctx context.Context, db *client.DB, k Keyspace, rng *rand.Rand) error {
-	_, err := txnOf(ctx, db, k, rng, false)
+	_, err := txnOf(ctx, db, k, objects{perNode: k.PerNode()}, rng, false)
 	return err
 }
 
-// txnOf runs one transaction, local or distributed, and returns how many
-// times its body ran (attempts: 1 plus the retries).
-func txnOf(ctx context.Context, db *client.DB, k Keyspace, rng *rand.Rand, local bool) (int, error) {
+// txnOf runs one transaction, local or distributed, with objects chosen by
+// objs, and returns how many times its body ran (attempts: 1 plus the
+// retries).
+func txnOf(ctx context.Context, db *client.DB, k Keyspace, from objects, rng *rand.Rand, local bool) (int, error) {
 	var nodes, objs []int
 	if local {
 		// UpdatesPerTxn distinct objects of one node.
 		n := rng.IntN(Nodes)
 		seen := map[int]bool{}
 		for len(objs) < UpdatesPerTxn {
-			if j := rng.IntN(k.PerNode()); !seen[j] {
+			if j := from.pick(rng); !seen[j] {
 				seen[j] = true
 				nodes, objs = append(nodes, n), append(objs, j)
 			}
@@ -377,7 +418,7 @@ func txnOf(ctx context.Context, db *client.DB, k Keyspace, rng *rand.Rand, local
 		nodes = rng.Perm(Nodes)[:UpdatesPerTxn]
 		objs = make([]int, len(nodes))
 		for i := range objs {
-			objs[i] = rng.IntN(k.PerNode())
+			objs[i] = from.pick(rng)
 		}
 	}
 	attempts := 0
@@ -426,6 +467,11 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 	if err := r.Keys.ValidateShare(share); err != nil {
 		return nil, err
 	}
+	if r.Disjoint {
+		if err := r.Keys.ValidateDisjoint(clients, share); err != nil {
+			return nil, err
+		}
+	}
 	var measuring atomic.Bool
 	var mu sync.Mutex
 	var local, dist classStats
@@ -442,7 +488,8 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 			for runCtx.Err() == nil {
 				isLocal := share < 1 && (share == 0 || rng.Float64() >= share)
 				start := time.Now()
-				attempts, err := txnOf(runCtx, db, r.Keys, rng, isLocal)
+				from := objects{perNode: r.Keys.PerNode(), disjoint: r.Disjoint, client: c, clients: clients}
+				attempts, err := txnOf(runCtx, db, r.Keys, from, rng, isLocal)
 				if runCtx.Err() != nil {
 					return // cut by the end of the point: not counted
 				}
@@ -503,7 +550,7 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 		if !c.runs {
 			continue
 		}
-		p := Point{System: system, Clients: clients, Share: share, Class: c.class, Txns: int64(len(c.cs.lats)), Seconds: secs,
+		p := Point{System: system, Clients: clients, Share: share, Class: c.class, Disjoint: r.Disjoint, Txns: int64(len(c.cs.lats)), Seconds: secs,
 			Failed: c.cs.failed.Load(), AbortedAttempts: c.cs.retries, OneWayMs: float64(r.Delayer.oneWayNs.Load()) / 1e6,
 			RPCsPerTxn: rpcs, ProtocolMessagesPerTxn: msgs, ProtocolStepsPerTxn: steps}
 		p.Mean, p.P99 = meanP99(c.cs.lats)

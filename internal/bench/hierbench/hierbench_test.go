@@ -2,6 +2,7 @@ package hierbench
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -250,5 +251,65 @@ func TestAxisPlace(t *testing.T) {
 		if x != tc.x || series != tc.series || ok != tc.ok {
 			t.Errorf("axis %d, %s: place = %v %q %v, want %v %q %v", tc.a, tc.p.System, x, series, ok, tc.x, tc.series, tc.ok)
 		}
+	}
+}
+
+// TestDisjointObjects: with Disjoint, no two clients ever pick the same
+// object of a node, and each client's picks stay within range; the
+// validation refuses too few objects per client.
+func TestDisjointObjects(t *testing.T) {
+	k := Keyspace{Objects: 8 * 100}
+	const clients = 12
+	owner := map[int]int{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for c := 0; c < clients; c++ {
+		from := objects{perNode: k.PerNode(), disjoint: true, client: c, clients: clients}
+		for i := 0; i < 1000; i++ {
+			j := from.pick(rng)
+			if j < 0 || j >= k.PerNode() {
+				t.Fatalf("client %d picked object %d, outside [0, %d)", c, j, k.PerNode())
+			}
+			if o, ok := owner[j]; ok && o != c {
+				t.Fatalf("object %d picked by clients %d and %d", j, o, c)
+			}
+			owner[j] = c
+		}
+	}
+	if len(owner) != clients*(k.PerNode()/clients) {
+		t.Errorf("%d objects picked, want every client's %d", len(owner), k.PerNode()/clients)
+	}
+	if err := k.ValidateDisjoint(100, 1); err != nil {
+		t.Errorf("100 clients, 100 objects per node, distributed only: %v", err)
+	}
+	if err := k.ValidateDisjoint(101, 1); err == nil {
+		t.Error("101 clients, 100 objects per node: accepted")
+	}
+	if err := k.ValidateDisjoint(13, 0.5); err == nil {
+		t.Error("13 clients, 7 objects each, local transactions of 8 objects: accepted")
+	}
+}
+
+// TestSystemRatios: each system's point is compared with the baseline's
+// of the same clients, share, class and round, and with nothing else.
+func TestSystemRatios(t *testing.T) {
+	pt := func(sys string, clients, round int, txns int64) Point {
+		return Point{System: sys, Clients: clients, Share: 1, Class: ClassDistributed, Round: round, Txns: txns, Seconds: 10}
+	}
+	ps := []Point{pt(Baseline, 10, 0, 100), pt(Baseline, 10, 1, 200), pt("hierarchy-locking/b10", 10, 0, 150),
+		pt("hierarchy-locking/b10", 10, 1, 100), pt("hierarchy-locking/b10", 50, 0, 100)}
+	rs := SystemRatios(ps)
+	if len(rs) != 2 {
+		t.Fatalf("%d ratios, want 2 (the 50-client point has no baseline): %+v", len(rs), rs)
+	}
+	if got := rs[0].Ratio(); got != 1.5 {
+		t.Errorf("round 0 ratio %v, want 1.5", got)
+	}
+	if got := rs[1].Ratio(); got != 0.5 {
+		t.Errorf("round 1 ratio %v, want 0.5", got)
+	}
+	var b bytes.Buffer
+	WriteSystemRatios(&b, rs)
+	if !strings.Contains(b.String(), "1.50x") {
+		t.Errorf("table lacks 1.50x:\n%s", b.String())
 	}
 }

@@ -85,6 +85,60 @@ func WritePointTable(w io.Writer, points []Point) {
 	_ = tw.Flush()
 }
 
+// objectsName names how the point's clients chose objects.
+func (p Point) objectsName() string {
+	if p.Disjoint {
+		return "disjoint"
+	}
+	return "uniform"
+}
+
+// Baseline is the system the others are compared with (the thesis's).
+const Baseline = "2pc-locking"
+
+// SystemRatio is one point's throughput against Baseline's at the same
+// clients, share, class and round of one run.
+type SystemRatio struct {
+	At, Base Point
+}
+
+// Ratio is At's throughput over Base's (0 if Base committed none).
+func (r SystemRatio) Ratio() float64 {
+	if b := r.Base.Throughput(); b > 0 {
+		return r.At.Throughput() / b
+	}
+	return 0
+}
+
+// SystemRatios pairs every point of a system other than Baseline with
+// Baseline's point of the same clients, share, class and round.
+func SystemRatios(points []Point) []SystemRatio {
+	var out []SystemRatio
+	for _, at := range points {
+		if at.System == Baseline {
+			continue
+		}
+		for _, base := range points {
+			if base.System == Baseline && base.Clients == at.Clients && base.Share == at.Share && base.Class == at.Class && base.Round == at.Round {
+				out = append(out, SystemRatio{At: at, Base: base})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// WriteSystemRatios prints SystemRatios.
+func WriteSystemRatios(w io.Writer, rs []SystemRatio) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "system\tclients\tshare\tclass\tround\ttxn/s\t%s txn/s\tratio\t\n", Baseline)
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%d\t%.1f\t%.1f\t%.2fx\t\n", r.At.System, r.At.Clients, r.At.Share, r.At.Class, r.At.Round,
+			r.At.Throughput(), r.Base.Throughput(), r.Ratio())
+	}
+	_ = tw.Flush()
+}
+
 // ShareRatio compares local transactions' latency at a share of
 // distributed transactions with that at share 0, for one system, client
 // count and round of one run.
@@ -147,7 +201,7 @@ func WriteShareRatios(w io.Writer, rs []ShareRatio, tolerance float64) {
 }
 
 var csvHeader = []string{"system", "batch", "clients", "distributed_share", "class", "round", "txns", "seconds", "txn_per_s", "mean_ms", "p99_ms",
-	"aborted_attempts", "failed", "rpcs_per_txn", "protocol_messages_per_txn", "protocol_steps_per_txn", "one_way_delay_ms", "fenced_s", "resent", "forgotten", "machine"}
+	"aborted_attempts", "failed", "rpcs_per_txn", "protocol_messages_per_txn", "protocol_steps_per_txn", "one_way_delay_ms", "fenced_s", "resent", "forgotten", "objects", "machine"}
 
 // WriteCSV writes the points, each row naming the machine.
 func WriteCSV(path, machine string, points []Point) error {
@@ -167,7 +221,7 @@ func WriteCSV(path, machine string, points []Point) error {
 			fmt.Sprintf("%.2f", p.Throughput()), fmt.Sprintf("%.3f", Ms(p.Mean)), fmt.Sprintf("%.3f", Ms(p.P99)),
 			strconv.FormatInt(p.AbortedAttempts, 10), strconv.FormatInt(p.Failed, 10), fmt.Sprintf("%.2f", p.RPCsPerTxn),
 			fmt.Sprintf("%.2f", p.ProtocolMessagesPerTxn), fmt.Sprintf("%.3f", p.ProtocolStepsPerTxn), fmt.Sprintf("%.3f", p.OneWayMs), fmt.Sprintf("%.1f", p.Fenced.Seconds()),
-			strconv.FormatInt(p.Resent, 10), strconv.FormatInt(p.Forgotten, 10), machine})
+			strconv.FormatInt(p.Resent, 10), strconv.FormatInt(p.Forgotten, 10), p.objectsName(), machine})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
