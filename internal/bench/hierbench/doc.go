@@ -25,6 +25,13 @@
 // added against that without (the target: local p99 within 10% at
 // 50% distributed).
 //
+// Runner.Disjoint gives each client objects of its own, so that no two
+// transactions conflict and all commit at their first attempt: the
+// stand-in for the thesis's runs with validation logic off (4.2), which
+// Canopy has no switch for (docs/BENCHMARKS.md says what differs).
+// SystemRatios compares each system's throughput with 2pc-locking's at
+// the same point.
+//
 // Run measures one point (a system at a number of clients) for a bounded
 // time after a warm-up: committed transactions per second, mean and p99
 // latency of a transaction (with its retries), aborted attempts, and what
