@@ -18,6 +18,7 @@ import (
 	"github.com/canopy-db/canopy/internal/bench"
 	"github.com/canopy-db/canopy/internal/bench/kvbench"
 	"github.com/canopy-db/canopy/internal/bench/plot"
+	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/testcluster"
 	"github.com/spf13/cobra"
 )
@@ -25,6 +26,9 @@ import (
 // RangesMax bounds --ranges: beyond it a cluster in one process is not a
 // measurement of anything but the machine's memory.
 const RangesMax = 100_000
+
+// QuiesceIdleTicksMax bounds --quiesce-idle-ticks.
+const QuiesceIdleTicksMax = 100
 
 type benchRangesOptions struct {
 	ranges      []int
@@ -34,9 +38,12 @@ type benchRangesOptions struct {
 	putProfile  string
 	memProfile  string
 	concurrency int
-	readyMax    time.Duration
-	out         string
-	kv          kvbench.Options
+	// quiesceIdleTicks: the nodes' idle ticks before a range quiesces
+	// (0: the default).
+	quiesceIdleTicks int
+	readyMax         time.Duration
+	out              string
+	kv               kvbench.Options
 }
 
 func init() {
@@ -65,6 +72,7 @@ machine. Every step is bounded: start-up by --ready-max, the runs by
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the idle window of the last cluster to this file")
 	f.StringVar(&o.putProfile, "put-cpuprofile", "", "write a pprof CPU profile of each cluster's put run (warm-up included) to this file; with several clusters, to FILE.<ranges>-r<round>")
 	f.StringVar(&o.memProfile, "memprofile", "", "write pprof heap profiles at the start (<file>.base) and the end (<file>) of the idle window of the last cluster: go tool pprof -sample_index=alloc_space -diff_base <file>.base <file> shows what the idle window allocated")
+	f.IntVar(&o.quiesceIdleTicks, "quiesce-idle-ticks", 0, fmt.Sprintf("idle Raft ticks before a range's leader quiesces it (0: the default, %d)", replica.QuiesceIdleTicks))
 	f.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients of the put run")
 	f.DurationVar(&o.readyMax, "ready-max", 10*time.Minute, "bound on a cluster's start-up (every range with a leader)")
 	f.IntVar(&o.kv.ValueBytes, "value-bytes", 256, "bytes per value")
@@ -96,6 +104,9 @@ func runBenchRanges(ctx context.Context, o benchRangesOptions, command string) e
 			return fmt.Errorf("--ranges %d not in [1, %d]", n, RangesMax)
 		}
 	}
+	if o.quiesceIdleTicks < 0 || o.quiesceIdleTicks > QuiesceIdleTicksMax {
+		return fmt.Errorf("--quiesce-idle-ticks %d not in [0, %d]", o.quiesceIdleTicks, QuiesceIdleTicksMax)
+	}
 	if o.settle < 0 {
 		return fmt.Errorf("--settle must not be negative")
 	}
@@ -104,8 +115,12 @@ func runBenchRanges(ctx context.Context, o benchRangesOptions, command string) e
 	}
 	m := bench.ThisMachine()
 	fmt.Printf("canopy bench ranges\n  command:  %s\n  machine:  %s\n", command, m)
-	fmt.Printf("  workload: idle %v, then puts of %d-byte values over %d keys, %d clients, at most %v and %d ops after a %v warm-up\n\n",
-		o.idle, o.kv.ValueBytes, o.kv.Keys, o.concurrency, o.kv.Duration, o.kv.OpsMax, o.kv.Warmup)
+	q := o.quiesceIdleTicks
+	if q == 0 {
+		q = replica.QuiesceIdleTicks
+	}
+	fmt.Printf("  workload: idle %v, then puts of %d-byte values over %d keys, %d clients, at most %v and %d ops after a %v warm-up; ranges quiesce after %d idle ticks of 100ms\n\n",
+		o.idle, o.kv.ValueBytes, o.kv.Keys, o.concurrency, o.kv.Duration, o.kv.OpsMax, o.kv.Warmup, q)
 	var rows []rangesRow
 	for i, n := range o.ranges {
 		round := 0
@@ -144,7 +159,7 @@ func benchRangesOne(ctx context.Context, o benchRangesOptions, n int) (rangesRow
 	start := time.Now()
 	setNodeGCPercent() // start.go: the nodes' GC target, as in canopy start
 	c, err := testcluster.Start(testcluster.Options{
-		Nodes: 3, InitialRanges: n, TickInterval: 100 * time.Millisecond, ReadyTimeout: o.readyMax,
+		Nodes: 3, InitialRanges: n, TickInterval: 100 * time.Millisecond, ReadyTimeout: o.readyMax, QuiesceIdleTicks: o.quiesceIdleTicks,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {

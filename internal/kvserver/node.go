@@ -46,6 +46,9 @@ type Config struct {
 	// ElectionTicks to 2*ElectionTicks ticks; heartbeats go every tick.
 	TickInterval  time.Duration
 	ElectionTicks int
+	// QuiesceIdleTicks is how many idle ticks a range's leader waits
+	// before it quiesces the range (0: replica.QuiesceIdleTicks).
+	QuiesceIdleTicks int
 	// RequestTimeout bounds one request's wait for Raft (default 10s);
 	// a write still in flight then is reported AMBIGUOUS.
 	RequestTimeout time.Duration
@@ -879,6 +882,7 @@ func (n *Node) newReplicaLocked(rangeID uint64, desc *rpcpb.RangeDescriptor, pee
 		Scheduler:        n.sched,
 		ElectionTicks:    n.cfg.ElectionTicks,
 		TickInterval:     n.cfg.TickInterval,
+		QuiesceIdleTicks: n.cfg.QuiesceIdleTicks,
 		Logger:           n.log,
 		PeerLive:         n.liveness.isLive,
 		OnWake:           func() { n.markActive(rangeID) },

@@ -38,6 +38,8 @@ type Options struct {
 	CommitProtocol string
 	// TickInterval of Raft (default 50ms: faster failover in tests).
 	TickInterval time.Duration
+	// QuiesceIdleTicks of the nodes (kvserver default if zero).
+	QuiesceIdleTicks int
 	// ReadyTimeout bounds the wait for every range to have a leader
 	// (default 60s).
 	ReadyTimeout time.Duration
@@ -179,21 +181,22 @@ func (c *Cluster) startNode(i int, lis net.Listener) error {
 		}
 	}
 	n, err := kvserver.Start(kvserver.Config{
-		Certs:           certs,
-		Insecure:        certs == nil,
-		StoreDir:        filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
-		ListenAddr:      c.addrs[i],
-		Listener:        lis,
-		Join:            c.addrs,
-		TickInterval:    c.opts.TickInterval,
-		GCTTL:           c.opts.GCTTL,
-		GCInterval:      c.opts.GCInterval,
-		LockWaitMax:     c.opts.LockWaitMax,
-		RangeSplitBytes: c.opts.RangeSplitBytes,
-		RangeSplitQPS:   c.opts.RangeSplitQPS,
-		LoadSplitAfter:  c.opts.LoadSplitAfter,
-		Storage:         c.opts.Storage,
-		Logger:          c.opts.Logger,
+		Certs:            certs,
+		Insecure:         certs == nil,
+		StoreDir:         filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
+		ListenAddr:       c.addrs[i],
+		Listener:         lis,
+		Join:             c.addrs,
+		TickInterval:     c.opts.TickInterval,
+		QuiesceIdleTicks: c.opts.QuiesceIdleTicks,
+		GCTTL:            c.opts.GCTTL,
+		GCInterval:       c.opts.GCInterval,
+		LockWaitMax:      c.opts.LockWaitMax,
+		RangeSplitBytes:  c.opts.RangeSplitBytes,
+		RangeSplitQPS:    c.opts.RangeSplitQPS,
+		LoadSplitAfter:   c.opts.LoadSplitAfter,
+		Storage:          c.opts.Storage,
+		Logger:           c.opts.Logger,
 	})
 	if err != nil {
 		return fmt.Errorf("starting node %d: %w", i+1, err)
