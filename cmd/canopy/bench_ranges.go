@@ -55,8 +55,11 @@ func init() {
 many user ranges (plus the system ranges), waits until every range has a
 leader, measures the CPU the idle cluster uses over --idle (as a percentage
 of one core), then runs single-key puts with --concurrency clients for
---duration. Prints a table, writes <out>.csv and <out>.png, and states the
-machine. Every step is bounded: start-up by --ready-max, the runs by
+--duration. Beside each put run's rate and latency, the table gives what
+the nodes counted per put (Raft messages sent, ranges handled by the Raft
+schedulers, synced group commits) and the process's CPU per put, which
+show where the cost of more ranges goes. Prints a table, writes
+<out>.csv and <out>.png, and states the machine. Every step is bounded: start-up by --ready-max, the runs by
 --duration and --ops-max.`,
 		Example: `  canopy bench ranges --ranges 6,1000,10000 --idle 10s --duration 10s`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -92,6 +95,26 @@ type rangesRow struct {
 	startup        time.Duration
 	idleCPUPercent float64
 	put            kvbench.Result
+	// perPut is what the three nodes counted over the put run (warm-up
+	// included), per put: Raft messages sent, ranges handled by the Raft
+	// scheduler, and synced group commits.
+	perPut struct{ msgs, handled, syncs float64 }
+}
+
+// raftCounts are a cluster's Raft counters, summed over its nodes.
+type raftCounts struct{ msgs, handled, syncs uint64 }
+
+func clusterRaftCounts(c *testcluster.Cluster) raftCounts {
+	var rc raftCounts
+	for i := range c.Addrs() {
+		if n := c.Node(i); n != nil {
+			m := n.RaftSchedulerMetrics()
+			rc.msgs += n.RaftMessagesSent()
+			rc.handled += m.RangesHandled
+			rc.syncs += m.Syncs
+		}
+	}
+	return rc
 }
 
 func runBenchRanges(ctx context.Context, o benchRangesOptions, command string) error {
@@ -141,11 +164,15 @@ func runBenchRanges(ctx context.Context, o benchRangesOptions, command string) e
 		rows = append(rows, row)
 	}
 	fmt.Println()
-	fmt.Printf("%12s %6s %12s %10s %14s %10s %8s %8s\n", "user ranges", "round", "all ranges", "start s", "idle cpu %", "put ops/s", "p50 ms", "p99 ms")
+	fmt.Printf("%12s %6s %12s %10s %14s %10s %8s %8s %10s %12s %10s %11s\n", "user ranges", "round", "all ranges", "start s", "idle cpu %", "put ops/s", "p50 ms", "p99 ms",
+		"msgs/put", "handled/put", "syncs/put", "cpu µs/put")
 	for _, r := range rows {
-		fmt.Printf("%12d %6d %12d %10.1f %14.1f %10.1f %8.2f %8.2f\n", r.userRanges, r.round+1, r.totalRanges, r.startup.Seconds(), r.idleCPUPercent,
-			r.putRate(), ms(r.put.All.P50), ms(r.put.All.P99))
+		fmt.Printf("%12d %6d %12d %10.1f %14.1f %10.1f %8.2f %8.2f %10.2f %12.2f %10.3f %11.0f\n", r.userRanges, r.round+1, r.totalRanges, r.startup.Seconds(), r.idleCPUPercent,
+			r.putRate(), ms(r.put.All.P50), ms(r.put.All.P99), r.perPut.msgs, r.perPut.handled, r.perPut.syncs, r.cpuPerPut())
 	}
+	fmt.Println("msgs/put: Raft messages the three nodes sent; handled/put: ranges their Raft schedulers handled (an inbox drained, a Ready processed);")
+	fmt.Println("syncs/put: their synced group commits; each per put, over the whole put run (warm-up included); cpu µs/put: this process's CPU")
+	fmt.Println("(the three nodes and the clients) per put, over the measured time")
 	printRangesRatios(rows)
 	if o.out == "" {
 		return nil
@@ -209,9 +236,27 @@ func benchRangesOne(ctx context.Context, o benchRangesOptions, n int) (rangesRow
 	if err != nil {
 		return row, err
 	}
+	before, putStart := clusterRaftCounts(c), time.Now()
 	row.put, err = kvbench.Run(ctx, db, kv, 0, o.concurrency)
 	stopPutProfile()
+	after := clusterRaftCounts(c)
+	// The counts cover the warm-up too: divide by the puts of the whole
+	// run, estimated from the measured rate over its whole length.
+	if puts := row.putRate() * time.Since(putStart).Seconds(); err == nil && puts > 0 {
+		row.perPut.msgs = float64(after.msgs-before.msgs) / puts
+		row.perPut.handled = float64(after.handled-before.handled) / puts
+		row.perPut.syncs = float64(after.syncs-before.syncs) / puts
+	}
 	return row, err
+}
+
+// cpuPerPut is this process's CPU per put over the measured time, in µs
+// (0 where the platform cannot tell).
+func (r rangesRow) cpuPerPut() float64 {
+	if r.put.Ops == 0 {
+		return 0
+	}
+	return float64(r.put.ProcessCPU/time.Microsecond) / float64(r.put.Ops)
 }
 
 // putRate is the put run's throughput in operations per second.
@@ -282,11 +327,13 @@ func writeRangesOutput(out string, m bench.Machine, rows []rangesRow) error {
 		return err
 	}
 	w := csv.NewWriter(f)
-	_ = w.Write([]string{"user_ranges", "round", "all_ranges", "startup_s", "idle_cpu_percent_of_core", "put_ops_per_s", "put_p50_ms", "put_p99_ms", "put_errors", "machine"})
+	_ = w.Write([]string{"user_ranges", "round", "all_ranges", "startup_s", "idle_cpu_percent_of_core", "put_ops_per_s", "put_p50_ms", "put_p99_ms", "put_errors",
+		"raft_msgs_per_put", "ranges_handled_per_put", "syncs_per_put", "cpu_us_per_put", "machine"})
 	for _, r := range rows {
 		_ = w.Write([]string{strconv.Itoa(r.userRanges), strconv.Itoa(r.round + 1), strconv.Itoa(r.totalRanges), fmt.Sprintf("%.1f", r.startup.Seconds()),
 			fmt.Sprintf("%.2f", r.idleCPUPercent), fmt.Sprintf("%.1f", r.putRate()),
-			fmt.Sprintf("%.2f", ms(r.put.All.P50)), fmt.Sprintf("%.2f", ms(r.put.All.P99)), strconv.FormatInt(r.put.Errors, 10), m.String()})
+			fmt.Sprintf("%.2f", ms(r.put.All.P50)), fmt.Sprintf("%.2f", ms(r.put.All.P99)), strconv.FormatInt(r.put.Errors, 10),
+			fmt.Sprintf("%.3f", r.perPut.msgs), fmt.Sprintf("%.3f", r.perPut.handled), fmt.Sprintf("%.4f", r.perPut.syncs), fmt.Sprintf("%.1f", r.cpuPerPut()), m.String()})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {

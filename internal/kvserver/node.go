@@ -608,6 +608,10 @@ func (n *Node) Engine() *storage.Engine { return n.eng }
 // RaftSchedulerMetrics returns the counters of the node's Raft scheduler.
 func (n *Node) RaftSchedulerMetrics() replica.SchedulerMetrics { return n.sched.Metrics() }
 
+// RaftMessagesSent returns the Raft messages this node has handed to its
+// peers' streams so far (benches: messages per operation).
+func (n *Node) RaftMessagesSent() uint64 { return n.transport.messagesSent.Load() }
+
 // SetLinkFault injects a fault on the Raft link from this node to nodeID.
 func (n *Node) SetLinkFault(nodeID uint64, f LinkFault) { n.transport.SetLinkFault(nodeID, f) }
 

@@ -86,6 +86,9 @@ type SchedulerMetrics struct {
 	// Rounds: batches of ranges processed by a worker (one group commit
 	// each, or none if no range had state to persist).
 	Rounds uint64
+	// RangesHandled: ranges taken by those rounds (each had its inbox
+	// drained and its Ready, if any, processed).
+	RangesHandled uint64
 	// Commits: batches of Raft state written to the engine.
 	Commits uint64
 	// Syncs: those of Commits that were synced.
@@ -140,7 +143,7 @@ type Scheduler struct {
 	wg   sync.WaitGroup
 
 	metrics struct {
-		rounds, commits, syncs, rangesPersisted, rangesSynced atomic.Uint64
+		rounds, rangesHandled, commits, syncs, rangesPersisted, rangesSynced atomic.Uint64
 	}
 	// prom: the Prometheus metrics (raft_metrics.go).
 	prom *raftMetrics
@@ -191,6 +194,7 @@ func (s *Scheduler) Config() SchedulerConfig { return s.cfg }
 func (s *Scheduler) Metrics() SchedulerMetrics {
 	return SchedulerMetrics{
 		Rounds:          s.metrics.rounds.Load(),
+		RangesHandled:   s.metrics.rangesHandled.Load(),
 		Commits:         s.metrics.commits.Load(),
 		Syncs:           s.metrics.syncs.Load(),
 		RangesPersisted: s.metrics.rangesPersisted.Load(),
@@ -398,6 +402,7 @@ func (s *Scheduler) round(batch []*Replica, more []bool) int {
 		}
 		pending = append(pending, p)
 	}
+	s.metrics.rangesHandled.Add(uint64(n))
 	if len(pending) > 0 {
 		if wrote > 0 {
 			if h := s.testingCommitHook; h != nil {
