@@ -56,8 +56,8 @@ many user ranges (plus the system ranges), waits until every range has a
 leader, measures the CPU the idle cluster uses over --idle (as a percentage
 of one core), then runs single-key puts with --concurrency clients for
 --duration. Beside each put run's rate and latency, the table gives what
-the nodes counted per put (Raft messages sent, ranges handled by the Raft
-schedulers, synced group commits) and the process's CPU per put, which
+the nodes counted per put over the measured time (Raft messages sent,
+ranges handled by the Raft schedulers, synced group commits) and the process's CPU per put, which
 show where the cost of more ranges goes. Prints a table, writes
 <out>.csv and <out>.png, and states the machine. Every step is bounded: start-up by --ready-max, the runs by
 --duration and --ops-max.`,
@@ -95,9 +95,9 @@ type rangesRow struct {
 	startup        time.Duration
 	idleCPUPercent float64
 	put            kvbench.Result
-	// perPut is what the three nodes counted over the put run (warm-up
-	// included), per put: Raft messages sent, ranges handled by the Raft
-	// scheduler, and synced group commits.
+	// perPut is what the three nodes counted over the put run's measured
+	// time, per put counted: Raft messages sent, ranges handled by the
+	// Raft schedulers, and synced group commits.
 	perPut struct{ msgs, handled, syncs float64 }
 }
 
@@ -170,9 +170,9 @@ func runBenchRanges(ctx context.Context, o benchRangesOptions, command string) e
 		fmt.Printf("%12d %6d %12d %10.1f %14.1f %10.1f %8.2f %8.2f %10.2f %12.2f %10.3f %11.0f\n", r.userRanges, r.round+1, r.totalRanges, r.startup.Seconds(), r.idleCPUPercent,
 			r.putRate(), ms(r.put.All.P50), ms(r.put.All.P99), r.perPut.msgs, r.perPut.handled, r.perPut.syncs, r.cpuPerPut())
 	}
-	fmt.Println("msgs/put: Raft messages the three nodes sent; handled/put: ranges their Raft schedulers handled (an inbox drained, a Ready processed);")
-	fmt.Println("syncs/put: their synced group commits; each per put, over the whole put run (warm-up included); cpu µs/put: this process's CPU")
-	fmt.Println("(the three nodes and the clients) per put, over the measured time")
+	fmt.Println("msgs/put: Raft messages the three nodes sent; handled/put: ranges their Raft schedulers handled (an inbox drained and")
+	fmt.Println("its Ready, if any, processed); syncs/put: their synced group commits; cpu µs/put: this process's CPU (the three nodes and")
+	fmt.Println("the clients); each over the put run's measured time, per put counted")
 	printRangesRatios(rows)
 	if o.out == "" {
 		return nil
@@ -236,13 +236,17 @@ func benchRangesOne(ctx context.Context, o benchRangesOptions, n int) (rangesRow
 	if err != nil {
 		return row, err
 	}
-	before, putStart := clusterRaftCounts(c), time.Now()
+	var before, after raftCounts
+	kv.Measured = func(start bool) {
+		if start {
+			before = clusterRaftCounts(c)
+		} else {
+			after = clusterRaftCounts(c)
+		}
+	}
 	row.put, err = kvbench.Run(ctx, db, kv, 0, o.concurrency)
 	stopPutProfile()
-	after := clusterRaftCounts(c)
-	// The counts cover the warm-up too: divide by the puts of the whole
-	// run, estimated from the measured rate over its whole length.
-	if puts := row.putRate() * time.Since(putStart).Seconds(); err == nil && puts > 0 {
+	if puts := float64(row.put.Ops); err == nil && puts > 0 {
 		row.perPut.msgs = float64(after.msgs-before.msgs) / puts
 		row.perPut.handled = float64(after.handled-before.handled) / puts
 		row.perPut.syncs = float64(after.syncs-before.syncs) / puts

@@ -160,6 +160,9 @@ func (c *Config) ensureDefaults() error {
 	if c.ElectionTicks == 0 {
 		c.ElectionTicks = 10
 	}
+	if c.QuiesceIdleTicks < 0 {
+		return fmt.Errorf("kvserver: QuiesceIdleTicks %d is negative", c.QuiesceIdleTicks)
+	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 10 * time.Second
 	}

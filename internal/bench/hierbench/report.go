@@ -133,8 +133,12 @@ func WriteSystemRatios(w io.Writer, rs []SystemRatio) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "system\tclients\tshare\tclass\tround\ttxn/s\t%s txn/s\tratio\t\n", Baseline)
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%d\t%.1f\t%.1f\t%.2fx\t\n", r.At.System, r.At.Clients, r.At.Share, r.At.Class, r.At.Round,
-			r.At.Throughput(), r.Base.Throughput(), r.Ratio())
+		ratio := "-" // the baseline committed nothing
+		if r.Base.Throughput() > 0 {
+			ratio = fmt.Sprintf("%.2fx", r.Ratio())
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%d\t%.1f\t%.1f\t%s\t\n", r.At.System, r.At.Clients, r.At.Share, r.At.Class, r.At.Round,
+			r.At.Throughput(), r.Base.Throughput(), ratio)
 	}
 	_ = tw.Flush()
 }

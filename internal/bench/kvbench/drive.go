@@ -221,6 +221,9 @@ func Drive(ctx context.Context, o Options, wl Workload, concurrency int) (Result
 		wg.Wait()
 		return Result{}, err
 	}
+	if o.Measured != nil {
+		o.Measured(true)
+	}
 	start, cpuStart := time.Now(), ProcessCPU()
 	sysStart, sysOK := bench.SystemBusyCPU()
 	deadline := time.NewTimer(o.Duration)
@@ -253,6 +256,9 @@ func Drive(ctx context.Context, o Options, wl Workload, concurrency int) (Result
 	// so far; calls still in flight are cancelled and not counted (a call
 	// that completes after this instant would inflate the rate).
 	res.Elapsed, res.ProcessCPU = time.Since(start), ProcessCPU()-cpuStart
+	if o.Measured != nil {
+		o.Measured(false)
+	}
 	serverEnd, serverErr := bench.ProcessesCPU(o.ServerPIDs)
 	res.ServerCPU = serverEnd - serverStart
 	res.OtherCPU = -1

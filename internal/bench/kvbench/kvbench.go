@@ -44,6 +44,10 @@ type Options struct {
 	// (bench.ProcessesCPU) into Result.ServerCPU, and a run fails if one
 	// of them cannot be read. At most ServerPIDsMax.
 	ServerPIDs []int
+	// Measured, if set, is called as the measured time starts (true) and
+	// as it ends (false), where ProcessCPU is read: a caller's own
+	// counters read there cover the calls counted in Result.Ops.
+	Measured func(start bool)
 }
 
 // ServerPIDsMax bounds Options.ServerPIDs.
