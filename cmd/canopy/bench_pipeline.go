@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-db/canopy/internal/bench"
 	"github.com/canopy-db/canopy/internal/bench/pipelinebench"
 	"github.com/canopy-db/canopy/internal/kvserver"
+	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/testcluster"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -43,11 +44,13 @@ type benchPipelineOptions struct {
 	runMax      time.Duration
 	readyMax    time.Duration
 	raftTick    time.Duration
-	seed        uint64
-	dir         string
-	out         string
-	replot      string
-	cpuProfile  string
+	// quiesceIdleTicks: the nodes' idle ticks before a range quiesces (0: the default).
+	quiesceIdleTicks int
+	seed             uint64
+	dir              string
+	out              string
+	replot           string
+	cpuProfile       string
 }
 
 func init() {
@@ -78,7 +81,7 @@ direction (kvserver.LinkFault), so a consensus round costs one round trip.
 
 The nodes run with --raft-tick (default 100ms, as canopy start): a leader's
 lease lasts 9 ticks less the clock drift bound and is renewed only while its
-range is awake; a range quiesces after 3 ticks without a write or a read
+range is awake; a range quiesces after a tick without a write or a read
 (lease reads count), so a read that finds its range idle for longer than
 a lease waits for a ReadIndex round (one round trip).
 
@@ -113,7 +116,8 @@ whole run is bounded by --run-max. Writes <out>_rtt.csv/.png and
 	f.IntVar(&o.limits.WarmupTxns, "warmup-txns", 2, "uncounted transactions before each point")
 	f.DurationVar(&o.runMax, "run-max", 15*time.Minute, "bound on the whole run")
 	f.DurationVar(&o.readyMax, "ready-max", 2*time.Minute, "bound on start-up (every range with a leader, every leader on the gateway)")
-	f.DurationVar(&o.raftTick, "raft-tick", 100*time.Millisecond, "Raft tick of the nodes (canopy start's default); a leader's lease lasts 9 ticks less the clock drift bound, and an idle range quiesces after 3")
+	f.IntVar(&o.quiesceIdleTicks, "quiesce-idle-ticks", 0, fmt.Sprintf("idle Raft ticks before a range's leader quiesces it (0: the default, %d)", replica.QuiesceIdleTicks))
+	f.DurationVar(&o.raftTick, "raft-tick", 100*time.Millisecond, "Raft tick of the nodes (canopy start's default); a leader's lease lasts 9 ticks less the clock drift bound, and an idle range quiesces after --quiesce-idle-ticks")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the key choice")
 	f.StringVar(&o.dir, "dir", "", "directory of the stores (default: a new temporary directory, removed at the end)")
 	f.StringVar(&o.out, "out", "docs/bench/pipeline", "prefix of the CSV and PNG files (empty: write none)")
@@ -163,6 +167,9 @@ func (o *benchPipelineOptions) validate() ([]pipelinebench.Mode, error) {
 	}
 	if o.raftTick < 10*time.Millisecond || o.raftTick > time.Second {
 		return nil, fmt.Errorf("--raft-tick %v not in [10ms, 1s]", o.raftTick)
+	}
+	if o.quiesceIdleTicks < 0 || o.quiesceIdleTicks > QuiesceIdleTicksMax {
+		return nil, fmt.Errorf("--quiesce-idle-ticks %d not in [0, %d]", o.quiesceIdleTicks, QuiesceIdleTicksMax)
 	}
 	for _, r := range append(slices.Clone(o.rttsMs), o.writesRTTMs) {
 		// Elections take at least 10 ticks; a one-way delay near that
@@ -350,7 +357,7 @@ func startPipelineCluster(ctx context.Context, o benchPipelineOptions) (*pipelin
 	fmt.Fprintf(os.Stderr, "starting a 3-node cluster in this process...\n")
 	setNodeGCPercent() // start.go: the nodes' GC target, as in canopy start
 	c, err := testcluster.Start(testcluster.Options{
-		Nodes: 3, InitialRanges: o.ranges, Dir: o.dir, ReadyTimeout: o.readyMax, TickInterval: o.raftTick,
+		Nodes: 3, InitialRanges: o.ranges, Dir: o.dir, ReadyTimeout: o.readyMax, TickInterval: o.raftTick, QuiesceIdleTicks: o.quiesceIdleTicks,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {
