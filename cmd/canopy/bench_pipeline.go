@@ -81,7 +81,7 @@ direction (kvserver.LinkFault), so a consensus round costs one round trip.
 
 The nodes run with --raft-tick (default 100ms, as canopy start): a leader's
 lease lasts 9 ticks less the clock drift bound and is renewed only while its
-range is awake; a range quiesces after a tick without a write or a read
+range is awake; a range quiesces after 3 ticks without a write or a read
 (lease reads count), so a read that finds its range idle for longer than
 a lease waits for a ReadIndex round (one round trip).
 

@@ -84,7 +84,7 @@ type QuiesceTransport interface {
 }
 
 // QuiesceIdleTicks is the default of Config.QuiesceIdleTicks.
-const QuiesceIdleTicks = 1
+const QuiesceIdleTicks = 3
 
 // Config configures a Replica. Zero fields take defaults.
 type Config struct {
