@@ -35,7 +35,10 @@
 //     commit timestamp the leaf issues afterwards is at or below s.
 //  3. Step every message addressed to the validator (a MsgDecisions to the
 //     leaf's node goes to the leaf); Tick with the time, at least by
-//     NextDeadline.
+//     NextDeadline, and before every input (Propose, Step): the core
+//     stamps what an input starts (a pending part, an inner validator's
+//     running transaction) with the time of its last Tick, so an input
+//     fed after an idle stretch without one would look overdue at once.
 //  4. After every input, carry out Ready in this order:
 //     a. make Parts and Decisions durable (a part result with its intents;
 //     a decision in the status table, by put-unless-exists, in batches).

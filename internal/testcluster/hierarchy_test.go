@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/hierarchy"
 	"github.com/canopy-db/canopy/internal/kvserver"
 	"github.com/canopy-db/canopy/internal/testcluster"
 	"github.com/canopy-db/canopy/internal/testcluster/check"
@@ -123,8 +124,43 @@ func TestHierarchyDistributed(t *testing.T) {
 			if rootCommitted < txns {
 				t.Errorf("the root committed %d transactions, want at least %d", rootCommitted, txns)
 			}
+			// After the validators sat idle longer than twice ResendAfter,
+			// a new transaction's parts and votes are not taken for
+			// overdue: no vote resent, no transaction forgotten. (The
+			// loops used to feed an input to the core before telling it
+			// the time, so the core stamped the new part and the root's
+			// new entry with the time of its last tick, before the idle
+			// stretch.)
+			resent, forgotten := hierarchyRecoveries(c)
+			time.Sleep(2*hierarchy.DefaultResendAfter + 500*time.Millisecond)
+			err = db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
+				if err := txn.Put(ctx, a, []byte("after idle")); err != nil {
+					return err
+				}
+				return txn.Put(ctx, b, []byte("after idle"))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, f := hierarchyRecoveries(c); r != resent || f != forgotten {
+				t.Errorf("a transaction after an idle stretch: %d votes resent and %d transactions forgotten, want none", r-resent, f-forgotten)
+			}
 		})
 	}
+}
+
+// hierarchyRecoveries sums the validators' resent votes and forgotten
+// transactions over the cluster's nodes.
+func hierarchyRecoveries(c *testcluster.Cluster) (resent, forgotten int) {
+	for i := range c.Addrs() {
+		if n := c.Node(i); n != nil {
+			for _, v := range n.HierarchyStatus().Validators {
+				resent += v.Counts.Resent
+				forgotten += v.Counts.Forgotten
+			}
+		}
+	}
+	return resent, forgotten
 }
 
 // TestHierarchyBank runs bank transfers (most of them across nodes) on a
