@@ -16,7 +16,6 @@ import (
 	"github.com/canopy-db/canopy/internal/bench"
 	"github.com/canopy-db/canopy/internal/bench/pipelinebench"
 	"github.com/canopy-db/canopy/internal/kvserver"
-	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/testcluster"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -116,7 +115,7 @@ whole run is bounded by --run-max. Writes <out>_rtt.csv/.png and
 	f.IntVar(&o.limits.WarmupTxns, "warmup-txns", 2, "uncounted transactions before each point")
 	f.DurationVar(&o.runMax, "run-max", 15*time.Minute, "bound on the whole run")
 	f.DurationVar(&o.readyMax, "ready-max", 2*time.Minute, "bound on start-up (every range with a leader, every leader on the gateway)")
-	f.IntVar(&o.quiesceIdleTicks, "quiesce-idle-ticks", 0, fmt.Sprintf("idle Raft ticks before a range's leader quiesces it (0: the default, %d)", replica.QuiesceIdleTicks))
+	addQuiesceIdleTicksFlag(cmd, &o.quiesceIdleTicks)
 	f.DurationVar(&o.raftTick, "raft-tick", 100*time.Millisecond, "Raft tick of the nodes (canopy start's default); a leader's lease lasts 9 ticks less the clock drift bound, and an idle range quiesces after --quiesce-idle-ticks")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the key choice")
 	f.StringVar(&o.dir, "dir", "", "directory of the stores (default: a new temporary directory, removed at the end)")
@@ -168,8 +167,8 @@ func (o *benchPipelineOptions) validate() ([]pipelinebench.Mode, error) {
 	if o.raftTick < 10*time.Millisecond || o.raftTick > time.Second {
 		return nil, fmt.Errorf("--raft-tick %v not in [10ms, 1s]", o.raftTick)
 	}
-	if o.quiesceIdleTicks < 0 || o.quiesceIdleTicks > QuiesceIdleTicksMax {
-		return nil, fmt.Errorf("--quiesce-idle-ticks %d not in [0, %d]", o.quiesceIdleTicks, QuiesceIdleTicksMax)
+	if err := checkRange("quiesce-idle-ticks", o.quiesceIdleTicks, 0, QuiesceIdleTicksMax); err != nil {
+		return nil, err
 	}
 	for _, r := range append(slices.Clone(o.rttsMs), o.writesRTTMs) {
 		// Elections take at least 10 ticks; a one-way delay near that

@@ -30,6 +30,13 @@ const RangesMax = 100_000
 // QuiesceIdleTicksMax bounds --quiesce-idle-ticks.
 const QuiesceIdleTicksMax = 100
 
+// addQuiesceIdleTicksFlag adds --quiesce-idle-ticks (bench ranges, bench
+// pipeline): the nodes' idle ticks before a range quiesces, 0 for the
+// default; checked against QuiesceIdleTicksMax.
+func addQuiesceIdleTicksFlag(cmd *cobra.Command, v *int) {
+	cmd.Flags().IntVar(v, "quiesce-idle-ticks", 0, fmt.Sprintf("idle Raft ticks before a range's leader quiesces it (0: the default, %d)", replica.QuiesceIdleTicks))
+}
+
 type benchRangesOptions struct {
 	ranges      []int
 	idle        time.Duration
@@ -75,7 +82,7 @@ show where the cost of more ranges goes. Prints a table, writes
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the idle window of the last cluster to this file")
 	f.StringVar(&o.putProfile, "put-cpuprofile", "", "write a pprof CPU profile of each cluster's put run (warm-up included) to this file; with several clusters, to FILE.<ranges>-r<round>")
 	f.StringVar(&o.memProfile, "memprofile", "", "write pprof heap profiles at the start (<file>.base) and the end (<file>) of the idle window of the last cluster: go tool pprof -sample_index=alloc_space -diff_base <file>.base <file> shows what the idle window allocated")
-	f.IntVar(&o.quiesceIdleTicks, "quiesce-idle-ticks", 0, fmt.Sprintf("idle Raft ticks before a range's leader quiesces it (0: the default, %d)", replica.QuiesceIdleTicks))
+	addQuiesceIdleTicksFlag(cmd, &o.quiesceIdleTicks)
 	f.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients of the put run")
 	f.DurationVar(&o.readyMax, "ready-max", 10*time.Minute, "bound on a cluster's start-up (every range with a leader)")
 	f.IntVar(&o.kv.ValueBytes, "value-bytes", 256, "bytes per value")
@@ -127,8 +134,8 @@ func runBenchRanges(ctx context.Context, o benchRangesOptions, command string) e
 			return fmt.Errorf("--ranges %d not in [1, %d]", n, RangesMax)
 		}
 	}
-	if o.quiesceIdleTicks < 0 || o.quiesceIdleTicks > QuiesceIdleTicksMax {
-		return fmt.Errorf("--quiesce-idle-ticks %d not in [0, %d]", o.quiesceIdleTicks, QuiesceIdleTicksMax)
+	if err := checkRange("quiesce-idle-ticks", o.quiesceIdleTicks, 0, QuiesceIdleTicksMax); err != nil {
+		return err
 	}
 	if o.settle < 0 {
 		return fmt.Errorf("--settle must not be negative")

@@ -147,23 +147,15 @@ func (l *hierLoop) run() {
 		} else {
 			timer.Reset(time.Hour)
 		}
-		// The core learns the time before each input, not only after: it
-		// stamps what an input starts (a leaf's part, the root's entry
-		// for a transaction) with the time of its last Tick, and after an
-		// idle stretch with no deadline (nothing pending) that time is
-		// stale by the whole stretch, so the new part looked overdue at
-		// once (its vote resent, the root's entry forgotten).
 		if l.carry != nil {
 			in := *l.carry
 			l.carry = nil
-			l.v.Tick(l.rt.now())
 			l.round(in)
 		} else {
 			select {
 			case <-l.quit:
 				return
 			case in := <-l.in:
-				l.v.Tick(l.rt.now())
 				l.round(in)
 			case <-timer.C:
 			}
@@ -197,6 +189,13 @@ const hierRoundPartsMax = 64
 // and parts on other keys, none of which writes the storage the check
 // reads (decisions resolve intents only in carryOut, after the round).
 func (l *hierLoop) round(first hierInput) {
+	// The core learns the time before the round's inputs, not only after:
+	// it stamps what an input starts (a leaf's part, the root's entry for a
+	// transaction) with the time of its last Tick, and after an idle
+	// stretch with no deadline (nothing pending) that time is stale by the
+	// whole stretch, so a new part looked overdue at once (its vote
+	// resent, the root's entry forgotten).
+	l.v.Tick(l.rt.now())
 	var inputs []hierInput
 	latched := map[string]bool{}
 	parts := 0

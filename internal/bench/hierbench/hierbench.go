@@ -375,19 +375,18 @@ func (k Keyspace) ValidateDisjoint(clients int, share float64) error {
 	return nil
 }
 
-// objects picks the objects a client's transactions take on a node:
-// uniformly among all of a node's objects, or among the client's own
-// (j = client + clients*r) where they are disjoint.
+// objects picks the objects a client's transactions take on a node,
+// uniformly among the client's own: j = client + clients*r. Keys uniform
+// over all of a node's objects are the case of one client owning all
+// (allObjects).
 type objects struct {
 	perNode         int
-	disjoint        bool
 	client, clients int
 }
 
+func allObjects(perNode int) objects { return objects{perNode: perNode, clients: 1} }
+
 func (o objects) pick(rng *rand.Rand) int {
-	if !o.disjoint {
-		return rng.IntN(o.perNode)
-	}
 	return o.client + o.clients*rng.IntN(o.perNode/o.clients)
 }
 
@@ -395,12 +394,12 @@ func (o objects) pick(rng *rand.Rand) int {
 // node, in a random order, read then write one uniformly chosen object
 // there.
 func Txn(ctx context.Context, db *client.DB, k Keyspace, rng *rand.Rand) error {
-	_, err := txnOf(ctx, db, k, objects{perNode: k.PerNode()}, rng, false)
+	_, err := txnOf(ctx, db, k, allObjects(k.PerNode()), rng, false)
 	return err
 }
 
 // txnOf runs one transaction, local or distributed, with objects chosen by
-// objs, and returns how many times its body ran (attempts: 1 plus the
+// from, and returns how many times its body ran (attempts: 1 plus the
 // retries).
 func txnOf(ctx context.Context, db *client.DB, k Keyspace, from objects, rng *rand.Rand, local bool) (int, error) {
 	var nodes, objs []int
@@ -488,7 +487,10 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 			for runCtx.Err() == nil {
 				isLocal := share < 1 && (share == 0 || rng.Float64() >= share)
 				start := time.Now()
-				from := objects{perNode: r.Keys.PerNode(), disjoint: r.Disjoint, client: c, clients: clients}
+				from := allObjects(r.Keys.PerNode())
+				if r.Disjoint {
+					from.client, from.clients = c, clients
+				}
 				attempts, err := txnOf(runCtx, db, r.Keys, from, rng, isLocal)
 				if runCtx.Err() != nil {
 					return // cut by the end of the point: not counted

@@ -263,7 +263,7 @@ func TestDisjointObjects(t *testing.T) {
 	owner := map[int]int{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for c := 0; c < clients; c++ {
-		from := objects{perNode: k.PerNode(), disjoint: true, client: c, clients: clients}
+		from := objects{perNode: k.PerNode(), client: c, clients: clients}
 		for i := 0; i < 1000; i++ {
 			j := from.pick(rng)
 			if j < 0 || j >= k.PerNode() {
