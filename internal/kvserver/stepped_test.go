@@ -28,10 +28,15 @@ package kvserver
 //     range gets an uninitialized replica, and a snapshot that would
 //     initialize one over another replica's span is refused.
 //
+//   - Quiescence, when new-range says quiesce=N: a leader quiesces its
+//     group after N idle ticks by sending quiesce heartbeats (printed
+//     `send quiesce 1->2 MsgHeartbeat ...`), which are delivered by
+//     Replica.StepQuiesce; a quiescent replica ignores ticks. Without it
+//     the transport has no quiesce heartbeats and no group quiesces.
+//
 // Not modelled: the scheduler (HandleReady handles one range per round,
-// so there is no group commit across ranges), quiescence (the harness's
-// transport has no quiesce heartbeats), node liveness, the oracle, intents
-// and the lock table, restarts.
+// so there is no group commit across ranges), node liveness (every peer
+// is live), the oracle, intents and the lock table, restarts.
 //
 // Reading the testdata (testdata/stepped/*): each file starts with what it
 // tests. `nX/rY` is the replica of range Y on node X. A Ready is printed as
@@ -44,7 +49,9 @@ package kvserver
 //
 // Commands (n: node IDs, r: range IDs, both default to all):
 //
-//	new-range ids=1,2,3 [election=10] [log-keep=500]   r1 over all user keys
+//	new-range ids=1,2,3 [election=10] [log-keep=500] [quiesce=N]
+//	                                    r1 over all user keys; quiesce: groups
+//	                                    quiesce after N idle ticks
 //	campaign n=1 [r=..]                 queue a campaign (process it to see it)
 //	transfer-leader n=1 to=2 [r=..]
 //	tick [n=..] [r=..] [count=1]        per tick: clock +1, Tick, handle Ready
@@ -119,9 +126,11 @@ type steppedEnv struct {
 	now   time.Time
 	nodes map[uint64]*steppedNode
 	ids   []uint64 // node IDs, sorted
-	// electionTicks and logKeep configure every replica.
+	// electionTicks, logKeep and quiesceTicks (0: no quiescence)
+	// configure every replica.
 	electionTicks int
 	logKeep       uint64
+	quiesceTicks  int
 	// outbox holds the messages sent and not yet delivered, in send order.
 	outbox []steppedMsg
 	// isolated: messages to or from these nodes are dropped; cut: messages
@@ -143,6 +152,15 @@ type steppedEnv struct {
 type steppedMsg struct {
 	rangeID uint64
 	m       raftpb.Message
+	// quiesce: sent by SendQuiesce, delivered by StepQuiesce.
+	quiesce bool
+}
+
+func (sm steppedMsg) describe() string {
+	if sm.quiesce {
+		return "quiesce " + describeMsg(sm.m)
+	}
+	return describeMsg(sm.m)
 }
 
 // steppedNode is one node: an engine and its replicas. It is the host of
@@ -184,8 +202,21 @@ func (n *steppedNode) startRange(d *rpcpb.RangeDescriptor) {
 // Send implements replica.Transport: messages wait in the outbox.
 func (n *steppedNode) Send(rangeID uint64, msgs []raftpb.Message) {
 	for _, m := range msgs {
-		n.env.outbox = append(n.env.outbox, steppedMsg{rangeID, m})
+		n.env.outbox = append(n.env.outbox, steppedMsg{rangeID: rangeID, m: m})
 		n.env.event("send %s", describeMsg(m))
+	}
+}
+
+// steppedQuiesceNode is a node's transport when its groups quiesce
+// (new-range quiesce=N): it implements replica.QuiesceTransport.
+type steppedQuiesceNode struct{ *steppedNode }
+
+// SendQuiesce implements replica.QuiesceTransport.
+func (n steppedQuiesceNode) SendQuiesce(rangeID uint64, msgs []raftpb.Message) {
+	for _, m := range msgs {
+		sm := steppedMsg{rangeID: rangeID, m: m, quiesce: true}
+		n.env.outbox = append(n.env.outbox, sm)
+		n.env.event("send %s", sm.describe())
 	}
 }
 
@@ -204,12 +235,17 @@ func (n *steppedNode) newReplicaRefusingVotes(rangeID uint64, desc *rpcpb.RangeD
 	sm := &rangeSM{n: n, rangeID: rangeID}
 	sm.setDesc(desc)
 	rr := &rangeReplica{sm: sm, latches: concurrency.NewLatchManager()}
+	var tr replica.Transport = n
+	if n.env.quiesceTicks > 0 {
+		tr = steppedQuiesceNode{n}
+	}
 	r, err := replica.New(replica.Config{
 		RangeID:          rangeID,
 		PeerID:           n.id,
 		Engine:           n.eng,
 		SM:               &steppedSM{rangeSM: sm, env: n.env},
-		Transport:        n,
+		Transport:        tr,
+		QuiesceIdleTicks: n.env.quiesceTicks,
 		ElectionTicks:    n.env.electionTicks,
 		LogEntriesKeep:   n.env.logKeep,
 		TickInterval:     steppedTick,
@@ -429,6 +465,12 @@ func (e *steppedEnv) newRange(d *datadriven.TestData) {
 	if d.HasArg("log-keep") {
 		d.ScanArgs(t, "log-keep", &e.logKeep)
 	}
+	if d.HasArg("quiesce") {
+		d.ScanArgs(t, "quiesce", &e.quiesceTicks)
+		if e.quiesceTicks <= 0 {
+			t.Fatalf("%s: quiesce=%d: want at least 1 idle tick", d.Pos, e.quiesceTicks)
+		}
+	}
 	e.now = steppedEpoch
 	e.nextTs = 1
 	e.reqSeq = map[byte]int{}
@@ -612,7 +654,7 @@ func (e *steppedEnv) deliverOne(sm steppedMsg, drop bool) {
 		m.Snapshot = &snap
 		sm.m = m
 	}
-	desc := describeMsg(m)
+	desc := sm.describe()
 	if drop || e.isolated[m.From] || e.isolated[m.To] || e.cut[[2]uint64{min(m.From, m.To), max(m.From, m.To)}] {
 		e.event("dropped %s", desc)
 		if m.Type == raftpb.MsgSnap {
@@ -645,6 +687,10 @@ func (e *steppedEnv) deliverOne(sm steppedMsg, drop bool) {
 	if rr == nil {
 		rr = n.newReplica(sm.rangeID, nil)
 		e.event("n%d/r%d created uninitialized", n.id, sm.rangeID)
+	}
+	if sm.quiesce {
+		rr.r.StepQuiesce(m)
+		return
 	}
 	rr.r.Step(m)
 }
@@ -840,7 +886,9 @@ func (e *steppedEnv) advance(rq *steppedRequest) {
 				return
 			}
 			rq.term = st.Term
-			if rq.kind == "get" && !st.LeaseValid(rr.r.Now()) {
+			// As the server: a read by the lease is noted (ReadByLease), so
+			// that it counts as activity for quiescence.
+			if rq.kind == "get" && !rr.r.ReadByLease(st.Term) {
 				rq.readIdx = rr.r.ReadIndexNoWait()
 				rq.waiting = "ReadIndex (no valid lease)"
 				continue
@@ -979,6 +1027,8 @@ func (e *steppedEnv) printLeases(d *datadriven.TestData) {
 		switch {
 		case !st.IsLeader && st.Leader == 0:
 			fmt.Fprintf(e.out, "%s: not leader in term %d, no leader known\n", name, st.Term)
+		case !st.IsLeader && rr.r.Quiescent():
+			fmt.Fprintf(e.out, "%s: follower in term %d (leader n%d), quiescent\n", name, st.Term, st.Leader)
 		case !st.IsLeader:
 			fmt.Fprintf(e.out, "%s: follower in term %d (leader n%d)\n", name, st.Term, st.Leader)
 		case !st.Leaseholder:
@@ -989,6 +1039,9 @@ func (e *steppedEnv) printLeases(d *datadriven.TestData) {
 			valid := "valid"
 			if !st.LeaseValid(rr.r.Now()) {
 				valid = "expired: reads go through ReadIndex"
+			}
+			if rr.r.Quiescent() {
+				valid += ", quiescent"
 			}
 			fmt.Fprintf(e.out, "%s: leaseholder in term %d, lease until t=%s (%s)\n", name, st.Term, e.ticks(st.LeaseExpiry), valid)
 		}

@@ -100,7 +100,11 @@
 //     follower on a node that is not live is left out, and woken with
 //     its leader when its node is live again). It sends each follower a quiesce heartbeat
 //     (QuiesceTransport.SendQuiesce: a MsgHeartbeat with the commit index,
-//     marked in the transport's wrapper) and stops ticking.
+//     marked in the transport's wrapper) and stops ticking. If its lease
+//     served a read since its last ReadIndex round was issued, it renews
+//     the lease on that tick instead and quiesces on a later one, once
+//     the round is answered: a range keeps its lease for a LeaseDuration
+//     after its last read.
 //  2. A follower steps the quiesce heartbeat like any heartbeat (which
 //     resets its election clock and sets its commit index); if it then
 //     follows that leader in that term at that commit index, with nothing

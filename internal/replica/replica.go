@@ -84,7 +84,7 @@ type QuiesceTransport interface {
 }
 
 // QuiesceIdleTicks is the default of Config.QuiesceIdleTicks.
-const QuiesceIdleTicks = 3
+const QuiesceIdleTicks = 1
 
 // Config configures a Replica. Zero fields take defaults.
 type Config struct {
@@ -402,6 +402,12 @@ type Replica struct {
 	// idleCommit is the commit index at the last of those.
 	idleTicks  int
 	idleCommit uint64
+	// readSinceRenewal: a read was served by the lease since the last
+	// ReadIndex round was issued (any round extends the lease). The tick
+	// on which the leader would quiesce renews the lease instead
+	// (maybeQuiesceLeader), so that a range read now and then keeps its
+	// lease through quiescence for a LeaseDuration after its last read.
+	readSinceRenewal bool
 	// dropHeartbeatResp: the follower just quiesced on a quiesce
 	// heartbeat from this leader; the response Raft made is not sent (it
 	// would wake the leader).
@@ -985,6 +991,9 @@ func (r *Replica) drainInbox() {
 	if len(props) > 0 || len(reads) > 0 || campaign || transfer != 0 || leaseRead {
 		r.idleTicks = 0
 	}
+	if leaseRead {
+		r.readSinceRenewal = true
+	}
 	if ticks > 0 && onlyTicks && r.maybeQuiesceLeader() {
 		// Quiesced instead of ticking: the ticks are dropped, as a
 		// quiescent replica's are.
@@ -1075,11 +1084,16 @@ func (r *Replica) drainInbox() {
 // every follower a quiesce heartbeat carrying the commit index and stops
 // ticking. It reports whether it quiesced. raftMu must be held.
 //
-// The leader's lease is not renewed while it is quiescent: it runs out,
-// and the first read after that goes through ReadIndex, which wakes the
-// group. That is safe: the lease needs followers that refuse votes for
-// ElectionTicks of their ticks after they acknowledged the leader, and a
-// quiescent follower takes no ticks.
+// If the lease served reads since the last ReadIndex round was issued,
+// the leader renews it on this tick instead and quiesces on a later one,
+// once the round is answered: a range read now and then keeps a lease
+// for a LeaseDuration after its last read, with one round per read
+// rather than a heartbeat per tick (docs/design-notes.md, "One idle
+// tick"). The lease is not renewed while the leader is quiescent: it
+// runs out, and the first read after that goes through ReadIndex, which
+// wakes the group. That is safe: the lease needs followers that refuse
+// votes for ElectionTicks of their ticks after they acknowledged the
+// leader, and a quiescent follower takes no ticks.
 func (r *Replica) maybeQuiesceLeader() bool {
 	qt, ok := r.cfg.Transport.(QuiesceTransport)
 	if !ok || r.rn.HasReady() {
@@ -1097,6 +1111,13 @@ func (r *Replica) maybeQuiesceLeader() bool {
 	if r.idleTicks < r.cfg.QuiesceIdleTicks || bs.LeadTransferee != 0 ||
 		bs.Commit != r.lastIndex || r.applied != r.lastIndex || r.appliedTerm != bs.Term ||
 		len(r.proposals) > 0 || len(r.byIndex) > 0 || len(r.readCtx) > 0 || len(r.applyWait) > 0 {
+		return false
+	}
+	if r.readSinceRenewal && r.renewLease(bs.Term, true) {
+		// Reads were served by the lease since the last round: renew it
+		// now, whether or not half of it has passed, and quiesce on a
+		// later tick, once the round is answered (readCtx is empty). The
+		// next read within a LeaseDuration of now finds a valid lease.
 		return false
 	}
 	// Every live follower must hold the whole log; a follower on a node
@@ -1132,6 +1153,14 @@ func (r *Replica) maybeQuiesceLeader() bool {
 	empty := r.inboxEmptyLocked()
 	if empty {
 		r.quiescent.Store(true)
+		// A lease read that came after the drain took leaseRead saw the
+		// replica awake (NoteLeaseRead sets the flag, then checks
+		// quiescent; this sets quiescent, then checks the flag): undo, so
+		// that the read counts as activity on the next handling.
+		if r.leaseRead.Load() {
+			r.quiescent.Store(false)
+			empty = false
+		}
 	}
 	r.mu.Unlock()
 	if !empty {
@@ -1163,6 +1192,7 @@ func (r *Replica) maybeQuiesceFollower(m raftpb.Message) {
 }
 
 func (r *Replica) readIndex(reads []*readWaiter, term uint64) {
+	r.readSinceRenewal = false
 	var ctx [8]byte
 	_, _ = rand.Read(ctx[:])
 	r.readCtx[string(ctx[:])] = &readRequest{waiters: reads, issued: r.cfg.Now(), term: term}
@@ -1171,20 +1201,27 @@ func (r *Replica) readIndex(reads []*readWaiter, term uint64) {
 
 // maybeRenewLease issues a ReadIndex round for the lease once half of it
 // has passed (or a renewal has gone unanswered for a whole lease).
-func (r *Replica) maybeRenewLease(term uint64) {
+func (r *Replica) maybeRenewLease(term uint64) { r.renewLease(term, false) }
+
+// renewLease issues a ReadIndex round for the lease in term if the
+// replica may hold one (a lease duration, no transfer started in term),
+// no renewal has been waiting for less than a lease, and either force is
+// set or half of the lease has passed. It reports whether it issued one.
+func (r *Replica) renewLease(term uint64, force bool) bool {
 	d := r.cfg.LeaseDuration()
 	if d == 0 || r.lease.blockedTerm == term {
-		return
+		return false
 	}
 	now := r.cfg.Now()
-	if r.lease.term == term && now.Before(r.lease.expiry.Add(-d/2)) {
-		return
+	if !force && r.lease.term == term && now.Before(r.lease.expiry.Add(-d/2)) {
+		return false
 	}
 	if !r.lease.renewIssued.IsZero() && now.Sub(r.lease.renewIssued) < d {
-		return
+		return false
 	}
 	r.lease.renewIssued = now
 	r.readIndex(nil, term)
+	return true
 }
 
 // extendLease records that a quorum acknowledged this leader after rq was
