@@ -43,7 +43,8 @@ type benchPipelineOptions struct {
 	runMax      time.Duration
 	readyMax    time.Duration
 	raftTick    time.Duration
-	// quiesceIdleTicks: the nodes' idle ticks before a range quiesces (0: the default).
+	// quiesceIdleTicks: the idle ticks a range's leader waits before the
+	// tick on which it quiesces (replica.QuiesceIdleTicks by default).
 	quiesceIdleTicks int
 	seed             uint64
 	dir              string
@@ -80,9 +81,11 @@ direction (kvserver.LinkFault), so a consensus round costs one round trip.
 
 The nodes run with --raft-tick (default 100ms, as canopy start): a leader's
 lease lasts 9 ticks less the clock drift bound and is renewed only while its
-range is awake; a range quiesces after 3 ticks without a write or a read
-(lease reads count), so a read that finds its range idle for longer than
-a lease waits for a ReadIndex round (one round trip).
+range is awake; a range quiesces on the first tick that finds it without
+a write or a read (--quiesce-idle-ticks: idle ticks to wait first),
+renewing its lease on that tick instead if the lease served reads since
+its last renewal, so a read that finds its range unread for longer than a
+lease waits for a ReadIndex round (one round trip).
 
 Every point also shows what the system counted per transaction: consensus
 rounds on its critical path (client.RoundCounter), the ReadIndex rounds the

@@ -31,10 +31,11 @@ const RangesMax = 100_000
 const QuiesceIdleTicksMax = 100
 
 // addQuiesceIdleTicksFlag adds --quiesce-idle-ticks (bench ranges, bench
-// pipeline): the nodes' idle ticks before a range quiesces, 0 for the
-// default; checked against QuiesceIdleTicksMax.
+// pipeline): the idle ticks a range's leader waits before the tick on
+// which it quiesces the range (default replica.QuiesceIdleTicks, 0);
+// checked against QuiesceIdleTicksMax.
 func addQuiesceIdleTicksFlag(cmd *cobra.Command, v *int) {
-	cmd.Flags().IntVar(v, "quiesce-idle-ticks", 0, fmt.Sprintf("idle Raft ticks before a range's leader quiesces it (0: the default, %d)", replica.QuiesceIdleTicks))
+	cmd.Flags().IntVar(v, "quiesce-idle-ticks", replica.QuiesceIdleTicks, "idle Raft ticks a range's leader waits before the tick on which it quiesces the range (0: it quiesces on the first tick that finds the range idle)")
 }
 
 type benchRangesOptions struct {
@@ -145,12 +146,8 @@ func runBenchRanges(ctx context.Context, o benchRangesOptions, command string) e
 	}
 	m := bench.ThisMachine()
 	fmt.Printf("canopy bench ranges\n  command:  %s\n  machine:  %s\n", command, m)
-	q := o.quiesceIdleTicks
-	if q == 0 {
-		q = replica.QuiesceIdleTicks
-	}
-	fmt.Printf("  workload: idle %v, then puts of %d-byte values over %d keys, %d clients, at most %v and %d ops after a %v warm-up; ranges quiesce after %d idle ticks of 100ms\n\n",
-		o.idle, o.kv.ValueBytes, o.kv.Keys, o.concurrency, o.kv.Duration, o.kv.OpsMax, o.kv.Warmup, q)
+	fmt.Printf("  workload: idle %v, then puts of %d-byte values over %d keys, %d clients, at most %v and %d ops after a %v warm-up; ranges quiesce on the first tick (of 100ms) after %d idle ticks\n\n",
+		o.idle, o.kv.ValueBytes, o.kv.Keys, o.concurrency, o.kv.Duration, o.kv.OpsMax, o.kv.Warmup, o.quiesceIdleTicks)
 	var rows []rangesRow
 	for i, n := range o.ranges {
 		round := 0

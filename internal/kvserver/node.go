@@ -47,7 +47,8 @@ type Config struct {
 	TickInterval  time.Duration
 	ElectionTicks int
 	// QuiesceIdleTicks is how many idle ticks a range's leader waits
-	// before it quiesces the range (0: replica.QuiesceIdleTicks).
+	// before the tick on which it quiesces the range (default 0,
+	// replica.QuiesceIdleTicks: the first tick that finds it idle).
 	QuiesceIdleTicks int
 	// RequestTimeout bounds one request's wait for Raft (default 10s);
 	// a write still in flight then is reported AMBIGUOUS.

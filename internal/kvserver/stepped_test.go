@@ -29,7 +29,9 @@ package kvserver
 //     initialize one over another replica's span is refused.
 //
 //   - Quiescence, when new-range says quiesce=N: a leader quiesces its
-//     group after N idle ticks by sending quiesce heartbeats (printed
+//     group on the first tick after N idle ticks (0, the default of
+//     canopy's nodes: the first tick that finds it idle) by sending
+//     quiesce heartbeats (printed
 //     `send quiesce 1->2 MsgHeartbeat ...`), which are delivered by
 //     Replica.StepQuiesce; a quiescent replica ignores ticks. Without it
 //     the transport has no quiesce heartbeats and no group quiesces.
@@ -51,7 +53,7 @@ package kvserver
 //
 //	new-range ids=1,2,3 [election=10] [log-keep=500] [quiesce=N]
 //	                                    r1 over all user keys; quiesce: groups
-//	                                    quiesce after N idle ticks
+//	                                    quiesce, after N idle ticks
 //	campaign n=1 [r=..]                 queue a campaign (process it to see it)
 //	transfer-leader n=1 to=2 [r=..]
 //	tick [n=..] [r=..] [count=1]        per tick: clock +1, Tick, handle Ready
@@ -126,10 +128,11 @@ type steppedEnv struct {
 	now   time.Time
 	nodes map[uint64]*steppedNode
 	ids   []uint64 // node IDs, sorted
-	// electionTicks, logKeep and quiesceTicks (0: no quiescence)
-	// configure every replica.
+	// electionTicks, logKeep, quiesce and quiesceTicks configure every
+	// replica.
 	electionTicks int
 	logKeep       uint64
+	quiesce       bool
 	quiesceTicks  int
 	// outbox holds the messages sent and not yet delivered, in send order.
 	outbox []steppedMsg
@@ -236,7 +239,7 @@ func (n *steppedNode) newReplicaRefusingVotes(rangeID uint64, desc *rpcpb.RangeD
 	sm.setDesc(desc)
 	rr := &rangeReplica{sm: sm, latches: concurrency.NewLatchManager()}
 	var tr replica.Transport = n
-	if n.env.quiesceTicks > 0 {
+	if n.env.quiesce {
 		tr = steppedQuiesceNode{n}
 	}
 	r, err := replica.New(replica.Config{
@@ -466,9 +469,10 @@ func (e *steppedEnv) newRange(d *datadriven.TestData) {
 		d.ScanArgs(t, "log-keep", &e.logKeep)
 	}
 	if d.HasArg("quiesce") {
+		e.quiesce = true
 		d.ScanArgs(t, "quiesce", &e.quiesceTicks)
-		if e.quiesceTicks <= 0 {
-			t.Fatalf("%s: quiesce=%d: want at least 1 idle tick", d.Pos, e.quiesceTicks)
+		if e.quiesceTicks < 0 {
+			t.Fatalf("%s: quiesce=%d: idle ticks cannot be negative", d.Pos, e.quiesceTicks)
 		}
 	}
 	e.now = steppedEpoch

@@ -92,7 +92,8 @@
 // as CockroachDB's does, adapted:
 //
 //  1. The leader quiesces on a tick when the group is idle: no proposal,
-//     read or commit for Config.QuiesceIdleTicks ticks; nothing pending
+//     read or commit since the last tick (and for Config.QuiesceIdleTicks
+//     ticks before it, by default none); nothing pending
 //     (proposals, reads, lease renewals, a transfer, a Ready); every
 //     live follower (Config.PeerLive) recently active and holding the
 //     whole log (Match == last index), which is committed and applied at
@@ -101,10 +102,11 @@
 //     its leader when its node is live again). It sends each follower a quiesce heartbeat
 //     (QuiesceTransport.SendQuiesce: a MsgHeartbeat with the commit index,
 //     marked in the transport's wrapper) and stops ticking. If its lease
-//     served a read since its last ReadIndex round was issued, it renews
-//     the lease on that tick instead and quiesces on a later one, once
-//     the round is answered: a range keeps its lease for a LeaseDuration
-//     after its last read.
+//     served a read since its last ReadIndex round was issued, or it has
+//     no lease in its term yet, it renews or takes the lease on that tick
+//     instead and quiesces on a later one, once the round is answered: a
+//     range keeps its lease for a LeaseDuration after its last read, and
+//     a new leader quiesces holding one.
 //  2. A follower steps the quiesce heartbeat like any heartbeat (which
 //     resets its election clock and sets its commit index); if it then
 //     follows that leader in that term at that commit index, with nothing

@@ -83,8 +83,9 @@ type QuiesceTransport interface {
 	SendQuiesce(rangeID uint64, msgs []raftpb.Message)
 }
 
-// QuiesceIdleTicks is the default of Config.QuiesceIdleTicks.
-const QuiesceIdleTicks = 1
+// QuiesceIdleTicks is the default of Config.QuiesceIdleTicks: a leader
+// quiesces on the first tick that finds its group idle.
+const QuiesceIdleTicks = 0
 
 // Config configures a Replica. Zero fields take defaults.
 type Config struct {
@@ -128,9 +129,11 @@ type Config struct {
 	// Now is the clock (default time.Now); tests pass their own.
 	Now func() time.Time
 	// QuiesceIdleTicks is how many ticks a leader must see without a
-	// proposal, a read or a change of its commit index before it quiesces
-	// the group (default QuiesceIdleTicks). Quiescence needs a
-	// QuiesceTransport; without one the group never quiesces.
+	// proposal, a read or a change of its commit index before the tick on
+	// which it quiesces the group (default QuiesceIdleTicks, 0: the first
+	// tick that finds nothing pending and the whole log replicated and
+	// applied). Quiescence needs a QuiesceTransport; without one the
+	// group never quiesces.
 	QuiesceIdleTicks int
 	// PeerLive reports whether the node nodeID has been heard from lately
 	// (node liveness). A leader quiesces only if every follower is live.
@@ -174,9 +177,6 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
-	}
-	if c.QuiesceIdleTicks == 0 {
-		c.QuiesceIdleTicks = QuiesceIdleTicks
 	}
 }
 
@@ -1085,10 +1085,11 @@ func (r *Replica) drainInbox() {
 // ticking. It reports whether it quiesced. raftMu must be held.
 //
 // If the lease served reads since the last ReadIndex round was issued,
-// the leader renews it on this tick instead and quiesces on a later one,
+// or the leader holds no lease in its term yet (just elected), it renews
+// or takes the lease on this tick instead and quiesces on a later one,
 // once the round is answered: a range read now and then keeps a lease
 // for a LeaseDuration after its last read, with one round per read
-// rather than a heartbeat per tick (docs/design-notes.md, "One idle
+// rather than a heartbeat per tick (docs/design-notes.md, "No idle
 // tick"). The lease is not renewed while the leader is quiescent: it
 // runs out, and the first read after that goes through ReadIndex, which
 // wakes the group. That is safe: the lease needs followers that refuse
@@ -1113,8 +1114,9 @@ func (r *Replica) maybeQuiesceLeader() bool {
 		len(r.proposals) > 0 || len(r.byIndex) > 0 || len(r.readCtx) > 0 || len(r.applyWait) > 0 {
 		return false
 	}
-	if r.readSinceRenewal && r.renewLease(bs.Term, true) {
-		// Reads were served by the lease since the last round: renew it
+	if (r.readSinceRenewal || r.lease.term != bs.Term) && r.renewLease(bs.Term, true) {
+		// Reads were served by the lease since the last round, or the
+		// leader has yet to take a lease in its term: renew (or take) it
 		// now, whether or not half of it has passed, and quiesce on a
 		// later tick, once the round is answered (readCtx is empty). The
 		// next read within a LeaseDuration of now finds a valid lease.

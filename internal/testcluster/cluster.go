@@ -38,7 +38,8 @@ type Options struct {
 	CommitProtocol string
 	// TickInterval of Raft (default 50ms: faster failover in tests).
 	TickInterval time.Duration
-	// QuiesceIdleTicks of the nodes (kvserver default if zero).
+	// QuiesceIdleTicks of the nodes (default 0: see
+	// kvserver.Config.QuiesceIdleTicks).
 	QuiesceIdleTicks int
 	// ReadyTimeout bounds the wait for every range to have a leader
 	// (default 60s).
