@@ -46,9 +46,9 @@ func TestQuiesceAndWake(t *testing.T) {
 	if _, err := l.Propose(ctx, []byte("b=2")); err != nil {
 		t.Fatalf("proposal to the quiesced leader: %v", err)
 	}
-	if l.Status().Quiescent {
-		t.Fatal("leader still quiescent after a proposal applied")
-	}
+	// The proposal applied, on every replica below: the group woke. The
+	// leader may be quiescent again already (it quiesces on the first
+	// tick that finds the group idle), so that is not asserted.
 	idx := l.Status().Applied
 	for id := uint64(1); id <= 3; id++ {
 		g.waitApplied(id, idx)
