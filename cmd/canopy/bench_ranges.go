@@ -46,8 +46,8 @@ type benchRangesOptions struct {
 	putProfile  string
 	memProfile  string
 	concurrency int
-	// quiesceIdleTicks: the nodes' idle ticks before a range quiesces
-	// (0: the default).
+	// quiesceIdleTicks: the idle ticks a range's leader waits before the
+	// tick on which it quiesces (replica.QuiesceIdleTicks by default).
 	quiesceIdleTicks int
 	readyMax         time.Duration
 	out              string

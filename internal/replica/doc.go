@@ -91,9 +91,10 @@
 // with the scheduler (Tick is a no-op on a quiescent replica). It works
 // as CockroachDB's does, adapted:
 //
-//  1. The leader quiesces on a tick when the group is idle: no proposal,
-//     read or commit since the last tick (and for Config.QuiesceIdleTicks
-//     ticks before it, by default none); nothing pending
+//  1. The leader quiesces on a tick when the group is idle: the tick
+//     drains no proposal, read or lease read (and Config.QuiesceIdleTicks
+//     ticks before it saw none, nor a commit; by default no such tick is
+//     asked for); nothing pending
 //     (proposals, reads, lease renewals, a transfer, a Ready); every
 //     live follower (Config.PeerLive) recently active and holding the
 //     whole log (Match == last index), which is committed and applied at

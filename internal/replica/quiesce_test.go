@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -141,9 +142,12 @@ func TestQuiesceWithDeadFollower(t *testing.T) {
 }
 
 // TestLeaseReadWakesAndRenews checks that a read served by a quiesced
-// leader's lease (NoteLeaseRead) wakes the group and, once half the lease
-// has passed, renews it, so that a range serving only lease reads keeps
-// its lease instead of letting it run out while quiescent.
+// leader's lease (NoteLeaseRead) wakes the group and renews the lease
+// before the group quiesces again (here past half the lease, so by either
+// rule: the tick past the half, or the quiescing tick after a read; the
+// stepped test quiesce-lease tells them apart), so that a range serving
+// only lease reads keeps its lease instead of letting it run out while
+// quiescent.
 func TestLeaseReadWakesAndRenews(t *testing.T) {
 	g, clock, d := newLeaseGroup(t, true)
 	g.propose("a=1")
@@ -168,5 +172,36 @@ func TestLeaseReadWakesAndRenews(t *testing.T) {
 	await(t, "the group quiesces again", g.allQuiescent)
 	if !l.Status().LeaseValid(clock.Now()) {
 		t.Fatal("renewed lease not valid")
+	}
+}
+
+// TestLeaseReadRacingQuiesceWakes checks the race between a lease read and
+// the leader's quiesce: a read whose NoteLeaseRead found the leader awake
+// (it set the flag after the drain took it, and checked quiescence before
+// the leader set it) must not be lost. The hook plays the read's flag at
+// the worst moment, right after the leader marked itself quiescent; the
+// leader must wake again through OnWake (the node's tick loop keeps its
+// active set by it) and go on ticking: it renews the lease for the read
+// and then quiesces.
+func TestLeaseReadRacingQuiesceWakes(t *testing.T) {
+	var armed, fired, wakes, atHook atomic.Int32
+	testingAfterQuiesceStore = func(r *Replica) {
+		if armed.Load() == 1 && fired.CompareAndSwap(0, 1) {
+			atHook.Store(wakes.Load())
+			r.leaseRead.Store(true)
+		}
+	}
+	defer func() { testingAfterQuiesceStore = nil }()
+	g := newGroupOpts(t, 0, func(c *Config) { c.OnWake = func() { wakes.Add(1) } }, true)
+	g.propose("a=1")
+	armed.Store(1)
+	// A lease read, so that the group is awake (it may have quiesced
+	// before the hook was armed) and its next quiesce plays the race.
+	// Nothing else wakes it after that quiesce but the undo.
+	g.leader().NoteLeaseRead()
+	await(t, "the race played", func() bool { return fired.Load() == 1 })
+	await(t, "the group quiesces after the read", g.allQuiescent)
+	if wakes.Load() <= atHook.Load() {
+		t.Fatal("the leader undid its quiesce without telling OnWake")
 	}
 }

@@ -83,6 +83,11 @@ type QuiesceTransport interface {
 	SendQuiesce(rangeID uint64, msgs []raftpb.Message)
 }
 
+// testingAfterQuiesceStore, if set (tests only, before any replica
+// starts), runs in maybeQuiesceLeader right after the leader marks itself
+// quiescent, under mu: where a racing lease read may land.
+var testingAfterQuiesceStore func(*Replica)
+
 // QuiesceIdleTicks is the default of Config.QuiesceIdleTicks: a leader
 // quiesces on the first tick that finds its group idle.
 const QuiesceIdleTicks = 0
@@ -653,12 +658,13 @@ func (r *Replica) ReadByLease(term uint64) bool {
 
 // NoteLeaseRead tells the replica that its leader served a read by its
 // lease (Status.LeaseValid), with no ReadIndex round: the read counts as
-// activity, as a ReadIndex read does, so the group does not quiesce for
-// QuiesceIdleTicks ticks and keeps renewing the lease; a quiesced leader
-// wakes. Without it a range that serves only lease reads (or the oracle's
-// range, which confirms its window by the lease) quiesces, its lease runs
-// out (a quiescent leader renews nothing), and the next read after
-// LeaseDuration waits for a quorum round. Safety does not depend on it:
+// activity, as a ReadIndex read does, so the group does not quiesce on the
+// next tick, and the tick on which it would quiesce after that renews the
+// lease first (maybeQuiesceLeader); a quiesced leader wakes. Without it a
+// range that serves only lease reads (or the oracle's range, which
+// confirms its window by the lease) quiesces, its lease runs out (a
+// quiescent leader renews nothing), and the next read after LeaseDuration
+// waits for a quorum round. Safety does not depend on it:
 // it changes only when the lease is renewed. Cheap on the read path: two
 // atomic loads when the flag is already set and the replica awake.
 func (r *Replica) NoteLeaseRead() {
@@ -994,7 +1000,12 @@ func (r *Replica) drainInbox() {
 	if leaseRead {
 		r.readSinceRenewal = true
 	}
-	if ticks > 0 && onlyTicks && r.maybeQuiesceLeader() {
+	// A lease read drained now is activity: this tick heartbeats (and
+	// renews past half the lease) rather than quiescing, so that a range
+	// under steady lease reads does not force a renewal every tick; the
+	// first tick without one renews the lease and quiesces after it
+	// (maybeQuiesceLeader).
+	if ticks > 0 && onlyTicks && !leaseRead && r.maybeQuiesceLeader() {
 		// Quiesced instead of ticking: the ticks are dropped, as a
 		// quiescent replica's are.
 		ticks = 0
@@ -1114,14 +1125,6 @@ func (r *Replica) maybeQuiesceLeader() bool {
 		len(r.proposals) > 0 || len(r.byIndex) > 0 || len(r.readCtx) > 0 || len(r.applyWait) > 0 {
 		return false
 	}
-	if (r.readSinceRenewal || r.lease.term != bs.Term) && r.renewLease(bs.Term, true) {
-		// Reads were served by the lease since the last round, or the
-		// leader has yet to take a lease in its term: renew (or take) it
-		// now, whether or not half of it has passed, and quiesce on a
-		// later tick, once the round is answered (readCtx is empty). The
-		// next read within a LeaseDuration of now finds a valid lease.
-		return false
-	}
 	// Every live follower must hold the whole log; a follower on a node
 	// that is not live neither stops the group quiescing (as in
 	// CockroachDB: a range with a dead replica would otherwise never
@@ -1149,18 +1152,31 @@ func (r *Replica) maybeQuiesceLeader() bool {
 		// A configuration change is under way: stay awake for it.
 		return false
 	}
+	if (r.readSinceRenewal || r.lease.term != bs.Term) && r.renewLease(bs.Term, true) {
+		// Reads were served by the lease since the last round, or the
+		// leader has yet to take a lease in its term: renew (or take) it
+		// now, whether or not half of it has passed, and quiesce on a
+		// later tick, once the round is answered (readCtx is empty). The
+		// next read within a LeaseDuration of now finds a valid lease.
+		return false
+	}
 	// Under mu, and only if the inbox is still empty: whatever arrived
 	// meanwhile has queued the replica and must find it awake.
 	r.mu.Lock()
 	empty := r.inboxEmptyLocked()
 	if empty {
 		r.quiescent.Store(true)
+		if h := testingAfterQuiesceStore; h != nil {
+			h(r)
+		}
 		// A lease read that came after the drain took leaseRead saw the
 		// replica awake (NoteLeaseRead sets the flag, then checks
-		// quiescent; this sets quiescent, then checks the flag): undo, so
-		// that the read counts as activity on the next handling.
+		// quiescent; this sets quiescent, then checks the flag): wake
+		// again, telling OnWake (the node's tick loop may have dropped
+		// the replica from its active set meanwhile), so that the read
+		// counts as activity on the next handling.
 		if r.leaseRead.Load() {
-			r.quiescent.Store(false)
+			r.wakeLocked()
 			empty = false
 		}
 	}
