@@ -191,7 +191,8 @@ func TestLeaseReadRacingQuiesceWakes(t *testing.T) {
 			r.leaseRead.Store(true)
 		}
 	}
-	defer func() { testingAfterQuiesceStore = nil }()
+	// Reset after the group has stopped (cleanups run last first).
+	t.Cleanup(func() { testingAfterQuiesceStore = nil })
 	g := newGroupOpts(t, 0, func(c *Config) { c.OnWake = func() { wakes.Add(1) } }, true)
 	g.propose("a=1")
 	armed.Store(1)
