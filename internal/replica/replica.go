@@ -1083,7 +1083,7 @@ func (r *Replica) drainInbox() {
 		}
 	}
 	if isLeader && ticks > 0 {
-		r.maybeRenewLease(term)
+		r.renewLease(term, false)
 	}
 }
 
@@ -1217,14 +1217,12 @@ func (r *Replica) readIndex(reads []*readWaiter, term uint64) {
 	r.rn.ReadIndex(ctx[:])
 }
 
-// maybeRenewLease issues a ReadIndex round for the lease once half of it
-// has passed (or a renewal has gone unanswered for a whole lease).
-func (r *Replica) maybeRenewLease(term uint64) { r.renewLease(term, false) }
-
 // renewLease issues a ReadIndex round for the lease in term if the
 // replica may hold one (a lease duration, no transfer started in term),
-// no renewal has been waiting for less than a lease, and either force is
-// set or half of the lease has passed. It reports whether it issued one.
+// no renewal has been waiting for less than a lease (a renewal gone
+// unanswered for a whole lease is issued again), and either force is set
+// (maybeQuiesceLeader) or half of the lease has passed (every tick of a
+// leader). It reports whether it issued one.
 func (r *Replica) renewLease(term uint64, force bool) bool {
 	d := r.cfg.LeaseDuration()
 	if d == 0 || r.lease.blockedTerm == term {
