@@ -58,6 +58,10 @@ type benchHierarchyOptions struct {
 	shares []float64
 	// rounds: repetitions of the whole sequence of points.
 	rounds int
+	// think: the clients' mean pause between transactions (0: none).
+	think time.Duration
+	// cpuProfile: where to write a CPU profile of the points.
+	cpuProfile string
 }
 
 // HierarchyRoundsMax bounds --rounds.
@@ -117,7 +121,14 @@ thesis's runs with validation on (4.3).
 
 Prints a table per run with what the system counted per transaction (client
 RPCs; the commit protocol's messages and steps beside the thesis's
-formulas), writes <out>.csv and <out>.png and states the machine. Every
+formulas; the one-way delay realized on client RPCs and validator links,
+which Go's timers make longer than a sub-millisecond delay asked for; the
+CPU the process used), writes <out>.csv and <out>.png and states the
+machine.
+
+--think gives each client a pause between transactions (uniform, with that
+mean), so that the offered load stays below what saturates the machine and
+a latency measures the protocol's waits more than the queue for the cores. Every
 point is bounded by --warmup + --duration, the whole run by --run-max.`,
 		Example: `  canopy bench hierarchy
   canopy bench hierarchy --systems 2pc-locking,default --clients 1,10,50 --objects 8000 --duration 5s --out ""
@@ -132,7 +143,7 @@ point is bounded by --warmup + --duration, the whole run by --run-max.`,
 	f.StringSliceVar(&o.systems, "systems", []string{"2pc-locking", "default"}, "systems to run, in order")
 	f.IntSliceVar(&o.clients, "clients", []int{1, 10, 25, 50, 100}, "closed-loop clients of each point")
 	f.IntVar(&o.objects, "objects", 80_000, fmt.Sprintf("objects of 1,000 bytes, spread over the 8 nodes (the thesis: 800,000; at most %d)", hierbench.ObjectsMax))
-	f.DurationVar(&o.oneWay, "one-way-delay", 250*time.Microsecond, "injected per-link one-way delay (a LAN: 0.25 ms, i.e. 0.5 ms round trip)")
+	f.DurationVar(&o.oneWay, "one-way-delay", 250*time.Microsecond, "injected per-link one-way delay (a LAN: 0.25 ms, i.e. 0.5 ms round trip; Go's timers make a sub-millisecond delay longer, and the table states the delay realized)")
 	f.DurationVar(&o.limits.Duration, "duration", 10*time.Second, "measured time of one point")
 	f.DurationVar(&o.limits.Warmup, "warmup", 2*time.Second, "unmeasured time before each point")
 	f.IntVar(&o.rf, "replication-factor", 1, "replicas per range (the thesis: 1, no replication)")
@@ -148,6 +159,8 @@ point is bounded by --warmup + --duration, the whole run by --run-max.`,
 	f.Float64SliceVar(&o.shares, "distributed-share", []float64{1}, "fractions of distributed transactions, in [0, 1], one point per value (the rest are local)")
 	f.IntVar(&o.rounds, "rounds", 1, fmt.Sprintf("repetitions of the whole sequence of points (at most %d)", HierarchyRoundsMax))
 	f.BoolVar(&o.disjoint, "disjoint", false, "each client updates objects of its own: no conflicts (the stand-in for the thesis's validation logic off)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the points (nodes, validators and clients; not start-up and loading) to this file")
+	f.DurationVar(&o.think, "think", 0, "each client's mean pause between transactions (uniform in [0, 2x]; 0: closed loop without pauses): bounds the offered load below what saturates the machine")
 	f.DurationVar(&o.batchTimeout, "batch-timeout", time.Millisecond, "hierarchy systems: how long a batch of votes or decisions that has not filled up waits")
 	benchCmd.AddCommand(cmd)
 }
@@ -169,6 +182,9 @@ func (o *benchHierarchyOptions) validate() ([]hierbench.System, error) {
 		if err := (hierbench.Keyspace{Objects: o.objects}).ValidateShare(sh); err != nil {
 			return nil, fmt.Errorf("--distributed-share: %w", err)
 		}
+	}
+	if o.think < 0 || o.think > hierbench.ThinkMax {
+		return nil, fmt.Errorf("--think %v not in [0, %v]", o.think, hierbench.ThinkMax)
 	}
 	if o.rounds < 1 || o.rounds > HierarchyRoundsMax {
 		return nil, fmt.Errorf("--rounds %d not in [1, %d]", o.rounds, HierarchyRoundsMax)
@@ -234,8 +250,8 @@ func runBenchHierarchy(ctx context.Context, o benchHierarchyOptions, command str
 	fmt.Printf("canopy bench hierarchy\n  command:  %s\n  machine:  %s\n", command, m)
 	fmt.Printf("  workload: %d nodes in this process (replication factor %d, one user range led by each), %d objects of %d bytes; "+
 		"transactions of %d updates (read then write), each on a different node (distributed) or all on one node (local), distributed share %v; "+
-		"closed-loop clients %v; one-way delay %v per link; each point %v after %v of warm-up, %d round(s); %s\n\n",
-		hierbench.Nodes, o.rf, o.objects, hierbench.ValueBytes, hierbench.UpdatesPerTxn, o.shares, o.clients, o.oneWay, o.limits.Duration, o.limits.Warmup, o.rounds, o.validationMode())
+		"closed-loop clients %v (mean think time %v); one-way delay %v per link; each point %v after %v of warm-up, %d round(s); %s\n\n",
+		hierbench.Nodes, o.rf, o.objects, hierbench.ValueBytes, hierbench.UpdatesPerTxn, o.shares, o.clients, o.think, o.oneWay, o.limits.Duration, o.limits.Warmup, o.rounds, o.validationMode())
 	// Every system's cluster is started and loaded first; then the points
 	// are interleaved (each client count on every system in turn), so that
 	// the load of other work on the machine, which drifts over minutes,
@@ -253,6 +269,11 @@ func runBenchHierarchy(ctx context.Context, o benchHierarchyOptions, command str
 		}
 		runs = append(runs, r)
 	}
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
+	defer stopProfile()
 	byPoint := make([][]hierbench.Point, len(runs))
 	for round := 0; round < o.rounds; round++ {
 		for _, n := range o.clients {
@@ -345,6 +366,7 @@ func (r *hierarchyRun) point(ctx context.Context, o benchHierarchyOptions, n int
 	}
 	r.delayer.SetOneWay(o.oneWay)
 	before, diagBefore := hierarchySums(r.cluster)
+	linkBatches0, linkHeld0 := linkDelays(r.cluster)
 	// Watch the fences while the point runs (warm-up included): the time
 	// during which some range refused hierarchy parts.
 	var fenced time.Duration
@@ -373,6 +395,11 @@ func (r *hierarchyRun) point(ctx context.Context, o benchHierarchyOptions, n int
 		ps[i].Fenced = fenced
 	}
 	after, diagAfter := hierarchySums(r.cluster)
+	if lb, lh := linkDelays(r.cluster); lb > linkBatches0 {
+		for i := range ps {
+			ps[i].LinkDelay = (lh - linkHeld0) / time.Duration(lb-linkBatches0)
+		}
+	}
 	if d := diagAfter.sub(diagBefore); d != (hierDiag{}) {
 		fmt.Fprintf(os.Stderr, "%s at %d clients, share %.2f: %+v\n", r.system.Name, n, share, d)
 		for i := range ps {
@@ -504,7 +531,7 @@ func startHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbe
 		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "\r%s: loaded in %v\n", s.Name, time.Since(start).Round(time.Second))
-	run.runner = &hierbench.Runner{DBs: dbs, Delayer: run.delayer, Keys: k, Seed: o.seed, Disjoint: o.disjoint}
+	run.runner = &hierbench.Runner{DBs: dbs, Delayer: run.delayer, Keys: k, Seed: o.seed, Disjoint: o.disjoint, Think: o.think}
 	return run, nil
 }
 
@@ -515,6 +542,19 @@ type hierDiag struct{ Resent, Forgotten, Refused, Dropped, AgedAborts int64 }
 
 func (d hierDiag) sub(e hierDiag) hierDiag {
 	return hierDiag{d.Resent - e.Resent, d.Forgotten - e.Forgotten, d.Refused - e.Refused, d.Dropped - e.Dropped, d.AgedAborts - e.AgedAborts}
+}
+
+// linkDelays sums the validator links' delayed batches and the time they
+// were held in fact (kvserver.HierarchyStatus) over the cluster's nodes.
+func linkDelays(c *testcluster.Cluster) (batches int64, held time.Duration) {
+	for i := range c.Addrs() {
+		if n := c.Node(i); n != nil {
+			st := n.HierarchyStatus()
+			batches += st.DelayedBatches
+			held += time.Duration(st.DelayedNs)
+		}
+	}
+	return batches, held
 }
 
 // hierarchySums sums, in one look at each node's hierarchy status, the

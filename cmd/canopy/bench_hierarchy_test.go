@@ -27,6 +27,7 @@ func TestBenchHierarchyValidate(t *testing.T) {
 		},
 		func(o *benchHierarchyOptions) { o.systems = []string{"hierarchy-timestamps/b25", "2pc-locking"} },
 		func(o *benchHierarchyOptions) { o.shares = []float64{0, 0.5}; o.rounds = 3 },
+		func(o *benchHierarchyOptions) { o.think = 200 * time.Millisecond },
 	}
 	for i, f := range ok {
 		o := base()
@@ -46,6 +47,8 @@ func TestBenchHierarchyValidate(t *testing.T) {
 		"noshare": func(o *benchHierarchyOptions) { o.shares = nil },
 		"small":   func(o *benchHierarchyOptions) { o.objects = 16; o.shares = []float64{0.5} },
 		"rounds":  func(o *benchHierarchyOptions) { o.rounds = HierarchyRoundsMax + 1 },
+		"think":   func(o *benchHierarchyOptions) { o.think = -time.Millisecond },
+		"thinkx":  func(o *benchHierarchyOptions) { o.think = hierbench.ThinkMax + time.Second },
 	}
 	for name, f := range bad {
 		o := base()

@@ -239,8 +239,15 @@ func (l *hierLink) run() {
 			}
 		}
 		fault := l.rt.n.transport.fault(l.to)
-		if fault.Delay > 0 && !l.sleepUntil(first.at.Add(fault.Delay)) {
-			continue // quitting
+		if fault.Delay > 0 {
+			if !l.sleepUntil(first.at.Add(fault.Delay)) {
+				continue // quitting
+			}
+			held := time.Since(first.at)
+			l.rt.metrics.mu.Lock()
+			l.rt.metrics.delayedBatches++
+			l.rt.metrics.delayedNs += int64(held)
+			l.rt.metrics.mu.Unlock()
 		}
 		b := &rpcpb.HierLinkBatch{FromNodeId: l.rt.self, Tree: l.rt.treeText, Messages: []*rpcpb.HierMessage{first.m}}
 	fill:

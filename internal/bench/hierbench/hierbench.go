@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/bench"
 )
 
 // Limits of the workload.
@@ -231,9 +233,32 @@ func loadPut(ctx context.Context, db *client.DB, key, v []byte) error {
 // counts them: each call waits the delay before it is sent and again
 // before its reply is returned (one round trip per call). The thesis's
 // clients ran on their own machines, so every node is remote.
+//
+// The delay is a time.Sleep, which Go's timers make longer than asked
+// below about a millisecond (on the 2-core VM of docs/BENCHMARKS.md a
+// sleep of 0.25 ms takes about 1 ms): the time each sleep took in fact
+// is summed, and Realized gives it, for the benchmark to state. (A
+// timerfd read through the poller was tried: closer when the machine is
+// idle, 0.3 ms, but 6 to 8 ms under load, as the poller's wake-ups queue
+// behind runnable goroutines, where the runtime's own timers do not.)
 type Delayer struct {
 	oneWayNs atomic.Int64
 	calls    atomic.Int64
+	// sleeps and sleptNs: the delays injected and their realized sum.
+	sleeps, sleptNs atomic.Int64
+}
+
+// Realized returns the count and the summed realized time of the sleeps
+// injected so far.
+func (d *Delayer) Realized() (sleeps int64, slept time.Duration) {
+	return d.sleeps.Load(), time.Duration(d.sleptNs.Load())
+}
+
+func (d *Delayer) sleep(w time.Duration) {
+	t := time.Now()
+	time.Sleep(w)
+	d.sleptNs.Add(int64(time.Since(t)))
+	d.sleeps.Add(1)
 }
 
 // SetOneWay sets the delay of each direction.
@@ -248,11 +273,11 @@ func (d *Delayer) Interceptor() grpc.UnaryClientInterceptor {
 		d.calls.Add(1)
 		w := time.Duration(d.oneWayNs.Load())
 		if w > 0 {
-			time.Sleep(w)
+			d.sleep(w)
 		}
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		if w > 0 {
-			time.Sleep(w)
+			d.sleep(w)
 		}
 		return err
 	}
@@ -312,6 +337,19 @@ type Point struct {
 	// ResendAfter (1 s) for a decision, and transactions an inner
 	// validator forgot for want of votes; 0 for the other protocols.
 	Resent, Forgotten int64
+	// Think is the clients' mean pause between transactions
+	// (Runner.Think; 0: closed loop with no pause).
+	Think time.Duration
+	// ClientDelay and LinkDelay are the one-way delays realized in the
+	// point, of the asked OneWayMs: the mean time a client RPC's injected
+	// sleep took in the measured window, and the mean time a validator
+	// link held a delayed batch (warm-up included; 0 where none was
+	// delayed). A coarse timer makes them longer than asked.
+	ClientDelay, LinkDelay time.Duration
+	// CPU is the CPU the benchmark's process (nodes, validators and
+	// clients alike) used in the measured window, in cores (2 is both
+	// cores of a 2-core machine busy); 0 where /proc is not readable.
+	CPU float64
 }
 
 // Throughput is committed transactions per second.
@@ -335,7 +373,16 @@ type Runner struct {
 	// stand-in for the thesis's runs with validation logic off (4.2, where
 	// all transactions commit): docs/BENCHMARKS.md says what differs.
 	Disjoint bool
+	// Think is each client's mean pause after a transaction before its
+	// next (drawn uniformly from [0, 2*Think], so that clients do not fall
+	// into step); 0 is a closed loop without pauses. A pause bounds the
+	// offered load below what saturates the machine, so that a latency
+	// measures the protocol's waits more than the queue for the cores.
+	Think time.Duration
 }
+
+// ThinkMax bounds Runner.Think.
+const ThinkMax = 10 * time.Second
 
 // Classes of transaction: a distributed one updates one object on each of
 // UpdatesPerTxn nodes (the thesis's workload), a local one updates
@@ -466,6 +513,9 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 	if err := r.Keys.ValidateShare(share); err != nil {
 		return nil, err
 	}
+	if r.Think < 0 || r.Think > ThinkMax {
+		return nil, fmt.Errorf("hierbench: think time %v not in [0, %v]", r.Think, ThinkMax)
+	}
 	if r.Disjoint {
 		if err := r.Keys.ValidateDisjoint(clients, share); err != nil {
 			return nil, err
@@ -515,6 +565,13 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 					cs.retries += int64(attempts - 1)
 					mu.Unlock()
 				}
+				if r.Think > 0 {
+					pause := time.Duration(rng.Int64N(int64(2*r.Think) + 1))
+					select {
+					case <-time.After(pause):
+					case <-runCtx.Done():
+					}
+				}
 			}
 		}()
 	}
@@ -523,11 +580,23 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 	case <-runCtx.Done():
 	}
 	before := r.snapshot()
+	sleeps0, slept0 := r.Delayer.Realized()
+	cpu0, cpuErr := bench.ProcessesCPU([]int{os.Getpid()})
 	measuring.Store(true)
 	t0 := time.Now()
 	<-runCtx.Done()
 	after := r.snapshot()
+	sleeps1, slept1 := r.Delayer.Realized()
+	var clientDelay time.Duration
+	if n := sleeps1 - sleeps0; n > 0 {
+		clientDelay = (slept1 - slept0) / time.Duration(n)
+	}
+	cpu1, cpuErr1 := bench.ProcessesCPU([]int{os.Getpid()})
 	secs := time.Since(t0).Seconds()
+	var cpu float64
+	if cpuErr == nil && cpuErr1 == nil && secs > 0 {
+		cpu = (cpu1 - cpu0).Seconds() / secs
+	}
 	wg.Wait()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -554,7 +623,7 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 		}
 		p := Point{System: system, Clients: clients, Share: share, Class: c.class, Disjoint: r.Disjoint, Txns: int64(len(c.cs.lats)), Seconds: secs,
 			Failed: c.cs.failed.Load(), AbortedAttempts: c.cs.retries, OneWayMs: float64(r.Delayer.oneWayNs.Load()) / 1e6,
-			RPCsPerTxn: rpcs, ProtocolMessagesPerTxn: msgs, ProtocolStepsPerTxn: steps}
+			RPCsPerTxn: rpcs, ProtocolMessagesPerTxn: msgs, ProtocolStepsPerTxn: steps, Think: r.Think, CPU: cpu, ClientDelay: clientDelay}
 		p.Mean, p.P99 = meanP99(c.cs.lats)
 		out = append(out, p)
 	}

@@ -2,12 +2,15 @@ package hierbench
 
 import (
 	"bytes"
+	"context"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/canopy-db/canopy/client"
 )
@@ -311,5 +314,26 @@ func TestSystemRatios(t *testing.T) {
 	WriteSystemRatios(&b, rs)
 	if !strings.Contains(b.String(), "1.50x") {
 		t.Errorf("table lacks 1.50x:\n%s", b.String())
+	}
+}
+
+// TestDelayerRealized: each delayed call sleeps twice (there and back),
+// and the realized time summed is at least what was asked.
+func TestDelayerRealized(t *testing.T) {
+	var d Delayer
+	d.SetOneWay(200 * time.Microsecond)
+	call := d.Interceptor()
+	for i := 0; i < 3; i++ {
+		err := call(context.Background(), "/m", nil, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, slept := d.Realized()
+	if n != 6 || d.Calls() != 3 {
+		t.Fatalf("sleeps %d, calls %d: want 6 and 3", n, d.Calls())
+	}
+	if slept < 6*200*time.Microsecond {
+		t.Fatalf("realized %v in all, less than the 1.2ms asked", slept)
 	}
 }

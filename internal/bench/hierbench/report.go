@@ -50,12 +50,14 @@ per transaction decided, warm-up included; "-": the protocol counts none); formu
 (distributed: 8 nodes, decider at level 1; local: 1 node); fenced s: about how long in the point (warm-up included) some
 range's lease fence was up, its node refusing hierarchy parts (a lease lost and taken again); resent/forgot: the hierarchy
 validators' votes resent after waiting 1 s (ResendAfter) for a decision, and transactions forgotten by inner validators, in
-the point (warm-up included, both classes).`
+the point (warm-up included, both classes); delay ms: the one-way delay realized, asked / client RPCs / validator links (the mean
+time an injected sleep took: a coarse timer makes it longer than asked; links warm-up included); cpu: cores the benchmark's process (nodes, validators, clients) kept busy in the
+measured window (both classes).`
 
 // WritePointTable prints the points.
 func WritePointTable(w io.Writer, points []Point) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tclients\tshare\tclass\tround\ttxn/s\tmean ms\tp99 ms\taborted\tfailed\trpcs\tmsgs\tsteps\tformula steps/msgs\tfenced s\tresent/forgot\t")
+	fmt.Fprintln(tw, "system\tclients\tshare\tclass\tround\ttxn/s\tmean ms\tp99 ms\taborted\tfailed\trpcs\tmsgs\tsteps\tformula steps/msgs\tfenced s\tresent/forgot\tdelay ms\tcpu\t")
 	for _, p := range points {
 		msgs, steps := "-", "-"
 		if p.ProtocolMessagesPerTxn > 0 {
@@ -79,10 +81,15 @@ func WritePointTable(w io.Writer, points []Point) {
 		if p.Txns == 0 {
 			mean, p99 = "-", "-"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%d\t%.1f\t%s\t%s\t%.3f\t%d\t%.1f\t%s\t%s\t%s\t%.1f\t%d/%d\t\n", p.System, p.Clients, p.Share, p.Class, p.Round,
-			p.Throughput(), mean, p99, aborted, p.Failed, p.RPCsPerTxn, msgs, steps, formula, p.Fenced.Seconds(), p.Resent, p.Forgotten)
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%d\t%.1f\t%s\t%s\t%.3f\t%d\t%.1f\t%s\t%s\t%s\t%.1f\t%d/%d\t%s\t%.2f\t\n", p.System, p.Clients, p.Share, p.Class, p.Round,
+			p.Throughput(), mean, p99, aborted, p.Failed, p.RPCsPerTxn, msgs, steps, formula, p.Fenced.Seconds(), p.Resent, p.Forgotten, p.delays(), p.CPU)
 	}
 	_ = tw.Flush()
+}
+
+// delays is the point's asked and realized one-way delays, in ms.
+func (p Point) delays() string {
+	return fmt.Sprintf("%.2f/%.2f/%.2f", p.OneWayMs, Ms(p.ClientDelay), Ms(p.LinkDelay))
 }
 
 // objectsName names how the point's clients chose objects.
@@ -192,20 +199,20 @@ func ShareRatios(points []Point) []ShareRatio {
 // tolerance (0.10: the issue's 10%).
 func WriteShareRatios(w io.Writer, rs []ShareRatio, tolerance float64) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tclients\tround\tshare\tlocal p99 ms at 0\tat share\tp99 ratio\tlocal mean ms at 0\tat share\tmean ratio\tp99 within\t")
+	fmt.Fprintln(tw, "system\tclients\tround\tshare\tlocal p99 ms at 0\tat share\tp99 ratio\tlocal mean ms at 0\tat share\tmean ratio\tcpu at 0\tat share\tp99 within\t")
 	for _, r := range rs {
 		verdict := fmt.Sprintf("no (+%.0f%%)", (r.P99Ratio()-1)*100)
 		if r.P99Ratio() <= 1+tolerance {
 			verdict = fmt.Sprintf("yes (%+.0f%%)", (r.P99Ratio()-1)*100)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.3f\t%.1f\t%.1f\t%.3f\t%s\t\n", r.System, r.Clients, r.Round, r.Share,
-			Ms(r.Base.P99), Ms(r.At.P99), r.P99Ratio(), Ms(r.Base.Mean), Ms(r.At.Mean), r.MeanRatio(), verdict)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.3f\t%.1f\t%.1f\t%.3f\t%.2f\t%.2f\t%s\t\n", r.System, r.Clients, r.Round, r.Share,
+			Ms(r.Base.P99), Ms(r.At.P99), r.P99Ratio(), Ms(r.Base.Mean), Ms(r.At.Mean), r.MeanRatio(), r.Base.CPU, r.At.CPU, verdict)
 	}
 	_ = tw.Flush()
 }
 
 var csvHeader = []string{"system", "batch", "clients", "distributed_share", "class", "round", "txns", "seconds", "txn_per_s", "mean_ms", "p99_ms",
-	"aborted_attempts", "failed", "rpcs_per_txn", "protocol_messages_per_txn", "protocol_steps_per_txn", "one_way_delay_ms", "fenced_s", "resent", "forgotten", "objects", "machine"}
+	"aborted_attempts", "failed", "rpcs_per_txn", "protocol_messages_per_txn", "protocol_steps_per_txn", "one_way_delay_ms", "fenced_s", "resent", "forgotten", "objects", "think_ms", "cpu_cores", "client_delay_ms", "link_delay_ms", "machine"}
 
 // WriteCSV writes the points, each row naming the machine.
 func WriteCSV(path, machine string, points []Point) error {
@@ -225,7 +232,7 @@ func WriteCSV(path, machine string, points []Point) error {
 			fmt.Sprintf("%.2f", p.Throughput()), fmt.Sprintf("%.3f", Ms(p.Mean)), fmt.Sprintf("%.3f", Ms(p.P99)),
 			strconv.FormatInt(p.AbortedAttempts, 10), strconv.FormatInt(p.Failed, 10), fmt.Sprintf("%.2f", p.RPCsPerTxn),
 			fmt.Sprintf("%.2f", p.ProtocolMessagesPerTxn), fmt.Sprintf("%.3f", p.ProtocolStepsPerTxn), fmt.Sprintf("%.3f", p.OneWayMs), fmt.Sprintf("%.1f", p.Fenced.Seconds()),
-			strconv.FormatInt(p.Resent, 10), strconv.FormatInt(p.Forgotten, 10), p.objectsName(), machine})
+			strconv.FormatInt(p.Resent, 10), strconv.FormatInt(p.Forgotten, 10), p.objectsName(), fmt.Sprintf("%.3f", Ms(p.Think)), fmt.Sprintf("%.3f", p.CPU), fmt.Sprintf("%.3f", Ms(p.ClientDelay)), fmt.Sprintf("%.3f", Ms(p.LinkDelay)), machine})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
