@@ -9,6 +9,11 @@
 // leading one user range (the keyspace is pre-split into 8 ranges placed
 // one per node), and every client RPC is delayed by an injected per-link
 // one-way delay each way (Delayer), since the kernel here has no netem.
+// The delay is a sleep, which Go's timers make about 1 ms where less is
+// asked: the Delayer sums the time its sleeps took in fact, and each Point
+// carries that realized delay (ClientDelay; LinkDelay for the validators'
+// links, which the caller measures) beside the one asked for, and the
+// CPU the process used (CPU).
 //
 // A System is one system under test: a cluster commit protocol (chosen at
 // init, so every system gets its own cluster) and, for the hierarchy's
@@ -31,6 +36,11 @@
 // Canopy has no switch for (docs/BENCHMARKS.md says what differs).
 // SystemRatios compares each system's throughput with 2pc-locking's at
 // the same point.
+//
+// Runner.Think makes the clients pause between transactions (closed loop
+// with think time): it keeps the offered load below what saturates the
+// machine, so that a latency shows the protocol's waits more than the
+// queue for the cores.
 //
 // Run measures one point (a system at a number of clients) for a bounded
 // time after a warm-up: committed transactions per second, mean and p99
