@@ -128,8 +128,9 @@ machine.
 
 --think gives each client a pause between transactions (uniform, with that
 mean), so that the offered load stays below what saturates the machine and
-a latency measures the protocol's waits more than the queue for the cores. Every
-point is bounded by --warmup + --duration, the whole run by --run-max.`,
+a latency measures the protocol's waits more than the queue for the cores.
+
+Every point is bounded by --warmup + --duration, the whole run by --run-max.`,
 		Example: `  canopy bench hierarchy
   canopy bench hierarchy --systems 2pc-locking,default --clients 1,10,50 --objects 8000 --duration 5s --out ""
   canopy bench hierarchy --systems 2pc-locking,hierarchy-locking/b10 --clients 10,50,100 --objects 8000 --disjoint`,
