@@ -443,6 +443,13 @@ func (pc *pipelineCluster) raftEntries(ctx context.Context) (pipelinebench.RaftC
 	}
 	all, oracle := pc.c.Node(0).ReadIndexRounds()
 	rc.ReadIndex, rc.OracleReadIndex = all-oracle, oracle
+	for i := range pc.ids {
+		if n := pc.c.Node(i); n != nil {
+			b, held := n.LinkDelays()
+			rc.DelayedBatches += b
+			rc.DelayedHeld += held
+		}
+	}
 	return rc, nil
 }
 

@@ -2,6 +2,7 @@ package kvserver
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 )
@@ -59,4 +60,12 @@ func (n *Node) ReadIndexRounds() (all, oracle uint64) {
 		}
 	}
 	return all, oracle
+}
+
+// LinkDelays returns the Raft batches this node's transport held for an
+// injected link delay (SetLinkFault) and the time they were held in fact,
+// summed: the realized delay, which Go's timers make longer than the one
+// asked for. For benchmarks (canopy bench pipeline).
+func (n *Node) LinkDelays() (batches int64, held time.Duration) {
+	return n.transport.delayedBatches.Load(), time.Duration(n.transport.delayedNs.Load())
 }

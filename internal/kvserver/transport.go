@@ -124,6 +124,11 @@ type transport struct {
 	// streams and the messages in them (canopy_raft_transport_*_sent_total):
 	// their ratio is how well the senders batch.
 	batchesSent, messagesSent atomic.Uint64
+	// delayedBatches and delayedNs count the batches an injected delay
+	// held (LinkFault.Delay) and the time they were held in fact, pushed
+	// to sent: Go's timers make it longer than the delay asked for. For
+	// benchmarks that state the delay they ran with (Node.LinkDelays).
+	delayedBatches, delayedNs atomic.Int64
 }
 
 // peer is the queue to one peer, drained by its sender goroutine (run).
@@ -279,9 +284,13 @@ func (t *transport) run(p *peer) {
 			case <-t.ctx.Done():
 				return
 			case <-line.due():
-				for _, b := range line.popDue(time.Now()) {
+				now := time.Now()
+				out, held := line.popDue(now)
+				for _, b := range out {
 					s.send(b)
 				}
+				t.delayedBatches.Add(int64(len(out)))
+				t.delayedNs.Add(int64(held))
 				continue
 			case self := <-p.beat:
 				s.from = self
@@ -360,8 +369,9 @@ type delayLine struct {
 }
 
 type delayedBatch struct {
-	due   time.Time
-	batch outgoingBatch
+	// pushed is when the batch entered the line, due when it may leave.
+	pushed, due time.Time
+	batch       outgoingBatch
 }
 
 func newDelayLine() *delayLine {
@@ -384,7 +394,7 @@ func (l *delayLine) push(due time.Time, b outgoingBatch) bool {
 	if len(l.batches) >= PeerDelayedBatchesMax {
 		return false
 	}
-	l.batches = append(l.batches, delayedBatch{due: due, batch: b})
+	l.batches = append(l.batches, delayedBatch{pushed: time.Now(), due: due, batch: b})
 	if len(l.batches) == 1 {
 		l.timer.Reset(time.Until(due))
 	}
@@ -392,18 +402,19 @@ func (l *delayLine) push(due time.Time, b outgoingBatch) bool {
 }
 
 // popDue removes and returns the batches at the front of the line that
-// are due at now, and arms the timer for the next.
-func (l *delayLine) popDue(now time.Time) []outgoingBatch {
-	var out []outgoingBatch
+// are due at now, with the sum of the time they were in the line, and
+// arms the timer for the next.
+func (l *delayLine) popDue(now time.Time) (out []outgoingBatch, held time.Duration) {
 	for len(l.batches) > 0 && !l.batches[0].due.After(now) {
 		out = append(out, l.batches[0].batch)
+		held += now.Sub(l.batches[0].pushed)
 		l.batches[0] = delayedBatch{}
 		l.batches = l.batches[1:]
 	}
 	if len(l.batches) > 0 {
 		l.timer.Reset(l.batches[0].due.Sub(now))
 	}
-	return out
+	return out, held
 }
 
 // errRaftStreamBackoff is returned for a batch sent while the transport

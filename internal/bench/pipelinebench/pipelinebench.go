@@ -159,14 +159,22 @@ type RaftCounts struct {
 	// timestamp confirming the oracle's leadership), on every range other
 	// than the oracle's, and on the oracle's.
 	ReadIndex, OracleReadIndex uint64
+	// DelayedBatches and DelayedHeld: Raft batches the transports held for
+	// the injected link delay, and the time they were held in fact (Go's
+	// timers make it longer than asked), over every node.
+	DelayedBatches int64
+	DelayedHeld    time.Duration
 }
 
 // Point is one measured point: a mode at one round trip and shape.
 type Point struct {
-	Mode   string
-	RTTMs  float64
-	Reads  int
-	Writes int
+	Mode  string
+	RTTMs float64
+	// RealRTT is the round trip the Raft links realized at this point: twice
+	// the mean time a delayed batch was held (0 where none was delayed).
+	RealRTT time.Duration
+	Reads   int
+	Writes  int
 	// Txns committed and measured; Failed the transactions that returned an
 	// error (not measured); Retries the extra attempts of the measured ones.
 	Txns, Failed, Retries int64
@@ -268,6 +276,9 @@ func (r *Runner) Run(ctx context.Context, mode Mode, shape Shape, rttMs float64,
 		p.OracleEntries = float64(raft1.OracleEntries-raft0.OracleEntries) / n
 		p.ReadIndexRounds = float64(raft1.ReadIndex-raft0.ReadIndex) / n
 		p.OracleReadIndexRounds = float64(raft1.OracleReadIndex-raft0.OracleReadIndex) / n
+		if b := raft1.DelayedBatches - raft0.DelayedBatches; b > 0 {
+			p.RealRTT = 2 * (raft1.DelayedHeld - raft0.DelayedHeld) / time.Duration(b)
+		}
 	}
 	p.Txns = int64(len(lat))
 	if p.Txns == 0 {

@@ -99,6 +99,7 @@ func TestFitModesAndSummary(t *testing.T) {
 func TestPointTable(t *testing.T) {
 	ps := points()
 	ps[0].ConsensusRoundsMax = 7 // rounds differed between transactions
+	ps[len(ps)-1].RealRTT = 21500 * time.Microsecond
 	var b bytes.Buffer
 	WritePointTable(&b, ps)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
@@ -106,9 +107,9 @@ func TestPointTable(t *testing.T) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), 1+len(ps), b.String())
 	}
 	for _, want := range []string{
-		" rtt ms writes mode       txns failed    p50 ms   mean ms    p99 ms   rounds",
-		"      0      5 off          10      0      4.00      4.00      4.00    6.00*",
-		"     20      5 parallel     10      0     24.00     24.00     24.00     1.00",
+		" rtt ms rtt real writes mode       txns failed    p50 ms   mean ms    p99 ms   rounds",
+		"      0     0.00      5 off          10      0      4.00      4.00      4.00    6.00*",
+		"     20    21.50      5 parallel     10      0     24.00     24.00     24.00     1.00",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
