@@ -366,8 +366,7 @@ func (r *hierarchyRun) point(ctx context.Context, o benchHierarchyOptions, n int
 		fmt.Fprintf(os.Stderr, "%s: waited %v for lease fences before the point\n", r.system.Name, w.Round(100*time.Millisecond))
 	}
 	r.delayer.SetOneWay(o.oneWay)
-	before, diagBefore := hierarchySums(r.cluster)
-	linkBatches0, linkHeld0 := linkDelays(r.cluster)
+	before, diagBefore, linksBefore := hierarchySums(r.cluster)
 	// Watch the fences while the point runs (warm-up included): the time
 	// during which some range refused hierarchy parts.
 	var fenced time.Duration
@@ -395,11 +394,9 @@ func (r *hierarchyRun) point(ctx context.Context, o benchHierarchyOptions, n int
 	for i := range ps {
 		ps[i].Fenced = fenced
 	}
-	after, diagAfter := hierarchySums(r.cluster)
-	if lb, lh := linkDelays(r.cluster); lb > linkBatches0 {
-		for i := range ps {
-			ps[i].LinkDelay = (lh - linkHeld0) / time.Duration(lb-linkBatches0)
-		}
+	after, diagAfter, linksAfter := hierarchySums(r.cluster)
+	for i := range ps {
+		ps[i].LinkDelay = linksAfter.mean(linksBefore)
 	}
 	if d := diagAfter.sub(diagBefore); d != (hierDiag{}) {
 		fmt.Fprintf(os.Stderr, "%s at %d clients, share %.2f: %+v\n", r.system.Name, n, share, d)
@@ -545,35 +542,42 @@ func (d hierDiag) sub(e hierDiag) hierDiag {
 	return hierDiag{d.Resent - e.Resent, d.Forgotten - e.Forgotten, d.Refused - e.Refused, d.Dropped - e.Dropped, d.AgedAborts - e.AgedAborts}
 }
 
-// linkDelays sums the validator links' delayed batches and the time they
-// were held in fact (kvserver.HierarchyStatus) over the cluster's nodes.
-func linkDelays(c *testcluster.Cluster) (batches int64, held time.Duration) {
-	for i := range c.Addrs() {
-		if n := c.Node(i); n != nil {
-			st := n.HierarchyStatus()
-			batches += st.DelayedBatches
-			held += time.Duration(st.DelayedNs)
-		}
-	}
-	return batches, held
-}
-
 // hierarchySums sums, in one look at each node's hierarchy status, the
-// validators' counts (zero for the other protocols) and hierDiag over the
-// cluster's nodes.
-func hierarchySums(c *testcluster.Cluster) (hierarchy.Counts, hierDiag) {
+// validators' counts (zero for the other protocols), hierDiag, and the
+// validator links' delayed batches and the time they were held in fact
+// over the cluster's nodes.
+func hierarchySums(c *testcluster.Cluster) (hierarchy.Counts, hierDiag, linkHeld) {
 	var sum hierarchy.Counts
 	var d hierDiag
+	var l linkHeld
 	for i := range c.Addrs() {
 		if n := c.Node(i); n != nil {
 			st := n.HierarchyStatus()
 			d.Dropped += st.Dropped
 			d.AgedAborts += st.AgedAborts
+			l.batches += st.DelayedBatches
+			l.held += st.DelayedHeld
 			for _, v := range st.Validators {
 				sum = sum.Add(v.Counts)
 			}
 		}
 	}
 	d.Resent, d.Forgotten, d.Refused = int64(sum.Resent), int64(sum.Forgotten), int64(sum.Refused)
-	return sum, d
+	return sum, d, l
+}
+
+// linkHeld is what the validator links held for the injected delay:
+// batches, and the time they were held in fact.
+type linkHeld struct {
+	batches int64
+	held    time.Duration
+}
+
+// mean is the realized one-way delay of the batches held since before (0
+// if none).
+func (l linkHeld) mean(before linkHeld) time.Duration {
+	if n := l.batches - before.batches; n > 0 {
+		return (l.held - before.held) / time.Duration(n)
+	}
+	return 0
 }

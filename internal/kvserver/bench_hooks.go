@@ -67,5 +67,5 @@ func (n *Node) ReadIndexRounds() (all, oracle uint64) {
 // summed: the realized delay, which Go's timers make longer than the one
 // asked for. For benchmarks (canopy bench pipeline).
 func (n *Node) LinkDelays() (batches int64, held time.Duration) {
-	return n.transport.delayedBatches.Load(), time.Duration(n.transport.delayedNs.Load())
+	return n.transport.delayed.load()
 }

@@ -108,11 +108,9 @@ type hierFence struct {
 type hierMetrics struct {
 	mu                              sync.Mutex
 	dropped, overridden, agedAborts int64
-	// delayedBatches and delayedNs: link batches held by an injected
-	// delay, and the sum of how long their first message was held in fact
-	// (queued to sent), which on a machine whose timers are coarse is
-	// more than the delay asked for.
-	delayedBatches, delayedNs int64
+	// delayed: link batches held by an injected delay, and how long their
+	// first message was held in fact (queued to sent).
+	delayed heldDelays
 }
 
 func (m *hierMetrics) add(p *int64, d int64) {
@@ -539,11 +537,12 @@ type HierarchyStatus struct {
 	// table held otherwise than the deciding core made them; AgedAborts:
 	// transactions aborted for being older than HierarchyTxnAgeMax.
 	Dropped, Overridden, AgedAborts int64
-	// DelayedBatches and DelayedNs: validator-link batches held by an
+	// DelayedBatches and DelayedHeld: validator-link batches held by an
 	// injected delay (Node.SetLinkFault), and the sum of the time their
 	// first message was in fact held, queued to sent (the realized delay,
 	// which a coarse timer makes longer than the one asked for).
-	DelayedBatches, DelayedNs int64
+	DelayedBatches int64
+	DelayedHeld    time.Duration
 }
 
 // HierarchyStatus reports this node's validators.
@@ -570,8 +569,8 @@ func (n *Node) HierarchyStatus() HierarchyStatus {
 	slices.SortFunc(s.Validators, func(a, b HierarchyValidator) int { return int(a.ID) - int(b.ID) })
 	rt.metrics.mu.Lock()
 	s.Dropped, s.Overridden, s.AgedAborts = rt.metrics.dropped, rt.metrics.overridden, rt.metrics.agedAborts
-	s.DelayedBatches, s.DelayedNs = rt.metrics.delayedBatches, rt.metrics.delayedNs
 	rt.metrics.mu.Unlock()
+	s.DelayedBatches, s.DelayedHeld = rt.metrics.delayed.load()
 	return s
 }
 

@@ -243,11 +243,7 @@ func (l *hierLink) run() {
 			if !l.sleepUntil(first.at.Add(fault.Delay)) {
 				continue // quitting
 			}
-			held := time.Since(first.at)
-			l.rt.metrics.mu.Lock()
-			l.rt.metrics.delayedBatches++
-			l.rt.metrics.delayedNs += int64(held)
-			l.rt.metrics.mu.Unlock()
+			l.rt.metrics.delayed.add(1, time.Since(first.at))
 		}
 		b := &rpcpb.HierLinkBatch{FromNodeId: l.rt.self, Tree: l.rt.treeText, Messages: []*rpcpb.HierMessage{first.m}}
 	fill:

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/canopy-db/canopy/client"
-	"github.com/canopy-db/canopy/internal/bench"
+	"github.com/canopy-db/canopy/internal/bench/kvbench"
 )
 
 // Limits of the workload.
@@ -348,7 +347,7 @@ type Point struct {
 	ClientDelay, LinkDelay time.Duration
 	// CPU is the CPU the benchmark's process (nodes, validators and
 	// clients alike) used in the measured window, in cores (2 is both
-	// cores of a 2-core machine busy); 0 where /proc is not readable.
+	// cores of a 2-core machine busy); 0 where the process CPU time is not available (kvbench.ProcessCPU).
 	CPU float64
 }
 
@@ -579,22 +578,18 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 	case <-time.After(l.Warmup):
 	case <-runCtx.Done():
 	}
-	before := r.snapshot()
-	sleeps0, slept0 := r.Delayer.Realized()
-	cpu0, cpuErr := bench.ProcessesCPU([]int{os.Getpid()})
+	before, cpu0 := r.snapshot(), kvbench.ProcessCPU()
 	measuring.Store(true)
 	t0 := time.Now()
 	<-runCtx.Done()
-	after := r.snapshot()
-	sleeps1, slept1 := r.Delayer.Realized()
-	var clientDelay time.Duration
-	if n := sleeps1 - sleeps0; n > 0 {
-		clientDelay = (slept1 - slept0) / time.Duration(n)
-	}
-	cpu1, cpuErr1 := bench.ProcessesCPU([]int{os.Getpid()})
+	after, cpu1 := r.snapshot(), kvbench.ProcessCPU()
 	secs := time.Since(t0).Seconds()
-	var cpu float64
-	if cpuErr == nil && cpuErr1 == nil && secs > 0 {
+	var clientDelay time.Duration
+	if n := after.sleeps - before.sleeps; n > 0 {
+		clientDelay = (after.slept - before.slept) / time.Duration(n)
+	}
+	var cpu float64 // 0 where the process's CPU time is not available
+	if secs > 0 {
 		cpu = (cpu1 - cpu0).Seconds() / secs
 	}
 	wg.Wait()
@@ -644,7 +639,13 @@ func meanP99(lats []time.Duration) (mean, p99 time.Duration) {
 	return sum / time.Duration(len(lats)), lats[(len(lats)*99)/100]
 }
 
-type counters struct{ commits, rpcs, msgs, steps int64 }
+type counters struct {
+	commits, rpcs, msgs, steps int64
+	// sleeps and slept: the Delayer's injected sleeps and their realized
+	// time.
+	sleeps int64
+	slept  time.Duration
+}
 
 func (r *Runner) snapshot() counters {
 	var c counters
@@ -655,5 +656,6 @@ func (r *Runner) snapshot() counters {
 		c.steps += s.ProtocolSteps
 	}
 	c.rpcs = r.Delayer.Calls()
+	c.sleeps, c.slept = r.Delayer.Realized()
 	return c
 }
