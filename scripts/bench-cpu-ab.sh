@@ -28,7 +28,9 @@
 # Output: one line per run on stdout and in OUT/summary.txt: round,
 # workload, cluster index, the bench's row, and from each cluster's
 # /metrics the Raft messages and stream batches its nodes sent during the
-# run (0 for a binary without those metrics); OUT/r<R>-<workload>-c<K>.txt
+# run, and the timestamps its writes waited for with the mean wait (the
+# oracle's round trip: docs/BENCHMARKS.md, "What the oracle's round trip
+# costs a put") (0 for a binary without those metrics); OUT/r<R>-<workload>-c<K>.txt
 # is each run's full output.
 set -euo pipefail
 if [[ $# -lt 4 ]]; then sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; fi
@@ -81,16 +83,18 @@ for k in "${!BINS[@]}"; do
 	HOSTS[$k]=$H
 	HTTP[$k]="127.0.0.1:$((CP[0] + 100)) 127.0.0.1:$((CP[1] + 100)) 127.0.0.1:$((CP[2] + 100))"
 done
-# scrape K: Raft batches, messages and superseded appends sent by cluster K.
+# scrape K: Raft batches, messages and superseded appends sent by cluster K,
+# and its writes' waits for a timestamp (sum in microseconds, count).
 scrape() {
-	local b=0 m=0 u=0 x y z
+	local b=0 m=0 u=0 ws=0 wc=0 x y z p q
 	for h in ${HTTP[$1]}; do
-		read -r x y z < <(curl -s "http://$h/metrics" | awk '/^canopy_raft_transport_batches_sent_total/{b=$2}
+		read -r x y z p q < <(curl -s "http://$h/metrics" | awk '/^canopy_raft_transport_batches_sent_total/{b=$2}
 			/^canopy_raft_transport_messages_sent_total/{m=$2} /^canopy_raft_appends_superseded_total/{u=$2}
-			END{printf "%d %d %d\n", b, m, u}')
-		b=$((b + x)) m=$((m + y)) u=$((u + z))
+			/^canopy_tso_batcher_wait_seconds_sum/{ws=$2} /^canopy_tso_batcher_wait_seconds_count/{wc=$2}
+			END{printf "%d %d %d %d %d\n", b, m, u, ws * 1e6, wc}')
+		b=$((b + x)) m=$((m + y)) u=$((u + z)) ws=$((ws + p)) wc=$((wc + q))
 	done
-	echo "$b $m $u"
+	echo "$b $m $u $ws $wc"
 }
 switches() {
 	[[ -n ${SWITCHES:-} ]] || return 0
@@ -119,8 +123,9 @@ for r in $(seq 1 "$ROUNDS"); do
 			line=$(tr '\r' '\n' <"$f" | grep -E "^(put|txn) +canopy" | tr -s ' ')
 			# ops is the 11th field from the end of the bench's row.
 			ops=$(echo "$line" | awk '{print $(NF-10)}')
-			echo "r$r $w c$k $line | $(echo "$m0 $m1" | awk -v ops="$ops" '{b=$4-$1; m=$5-$2; u=$6-$3;
-				printf "raft batches %d msgs %d msgs/batch %.2f msgs/op %.2f superseded/op %.2f", b, m, (b>0?m/b:0), (ops>0?m/ops:0), (ops>0?u/ops:0)}')" |
+			echo "r$r $w c$k $line | $(echo "$m0 $m1" | awk -v ops="$ops" '{b=$6-$1; m=$7-$2; u=$8-$3; ws=$9-$4; wc=$10-$5;
+				printf "raft batches %d msgs %d msgs/batch %.2f msgs/op %.2f superseded/op %.2f ts waits %d mean ts wait ms %.3f",
+					b, m, (b>0?m/b:0), (ops>0?m/ops:0), (ops>0?u/ops:0), wc, (wc>0?ws/wc/1000:0)}')" |
 				tee -a "$OUT/summary.txt"
 		done
 	done

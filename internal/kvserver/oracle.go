@@ -135,7 +135,9 @@ func (n *Node) allocateLocal(ctx context.Context, count uint32) (uint64, *rpcpb.
 // Concurrent callers on this node share one request (tso.Batcher), so a
 // node's many Puts cost one oracle round between them, not one each.
 func (n *Node) timestamp(ctx context.Context) (uint64, *rpcpb.Error) {
+	start := time.Now()
 	ts, err := n.tsBatcher.Timestamp(ctx)
+	n.ops.metrics.tso.ObserveBatcherWait(time.Since(start))
 	if err != nil {
 		var pe *rpcpb.Error
 		if errors.As(err, &pe) {

@@ -2,6 +2,7 @@ package tso
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -27,11 +28,18 @@ type Metrics struct {
 	batcherRequests prometheus.Counter
 	// batcherBatchSize: the count of timestamps of each Batcher fetch.
 	batcherBatchSize prometheus.Histogram
+	// batcherWait: how long a caller of the node's batcher waited for its
+	// timestamp (ObserveBatcherWait: the caller measures it).
+	batcherWait prometheus.Histogram
 }
 
 // BatchSizeBuckets are the buckets of the batch size histograms: 1
 // doubling to 65,536 (DefaultAllocateCountMax).
 var BatchSizeBuckets = prometheus.ExponentialBuckets(1, 2, 17)
+
+// WaitBuckets are the buckets of the wait histogram, in seconds: 10 µs
+// doubling to about 1.3 s.
+var WaitBuckets = prometheus.ExponentialBuckets(10e-6, 2, 18)
 
 // NewMetrics makes the metrics and registers them on reg (nil: counted,
 // not registered). It fails if reg has them already.
@@ -48,6 +56,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Timestamps asked of this node's timestamp batcher (non-transactional writes evaluated here)."}),
 		batcherBatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "canopy_tso_batcher_batch_size",
 			Help: "Timestamps fetched from the oracle by one request of this node's batcher (the callers it served).", Buckets: BatchSizeBuckets}),
+		batcherWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "canopy_tso_batcher_wait_seconds",
+			Help: "How long a write evaluated on this node waited for its timestamp: a local allocation on the oracle's host, a call to the host elsewhere (waiting for the batch in flight included).", Buckets: WaitBuckets}),
 	}
 	for _, v := range []string{"ok", "error"} {
 		m.oracleRequests.WithLabelValues(v)
@@ -71,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.oracleRequests, m.oracleBatchSize, m.boundExtensions, m.batcherRequests, m.batcherBatchSize}
+	return []prometheus.Collector{m.oracleRequests, m.oracleBatchSize, m.boundExtensions, m.batcherRequests, m.batcherBatchSize, m.batcherWait}
 }
 
 // Unregister removes the metrics from the registerer NewMetrics was given.
@@ -111,6 +121,14 @@ func (m *Metrics) batcherRequest() {
 func (m *Metrics) batcherFetch(n int) {
 	if m != nil {
 		m.batcherBatchSize.Observe(float64(n))
+	}
+}
+
+// ObserveBatcherWait counts one caller's wait for a timestamp from the
+// batcher, measured by the caller (the metrics read no clock).
+func (m *Metrics) ObserveBatcherWait(d time.Duration) {
+	if m != nil {
+		m.batcherWait.Observe(d.Seconds())
 	}
 }
 

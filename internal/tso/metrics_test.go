@@ -3,6 +3,7 @@ package tso
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -66,6 +67,12 @@ func TestMetrics(t *testing.T) {
 	if got := value(t, m.oracleBatchSize); got != 6 {
 		t.Errorf("oracle batch sizes observed: %v, want 6", got)
 	}
+	m.ObserveBatcherWait(50 * time.Microsecond)
+	m.ObserveBatcherWait(3 * time.Millisecond)
+	if got := value(t, m.batcherWait); got != 2 {
+		t.Errorf("batcher waits observed: %v, want 2", got)
+	}
+	(*Metrics)(nil).ObserveBatcherWait(time.Millisecond) // a nil Metrics counts nothing
 	m.Unregister()
 	if fams, err := reg.Gather(); err != nil || len(fams) != 0 {
 		t.Errorf("after Unregister: %d metric families, %v", len(fams), err)

@@ -225,7 +225,7 @@ func TestMetricsAndHealth(t *testing.T) {
 			}
 			for _, name := range []string{"canopy_storage_l0_files", "canopy_storage_compactions_total",
 				"canopy_storage_block_cache_hit_ratio", "canopy_vlog_written_bytes_total", "canopy_replicas_quiescent",
-				"canopy_tso_batcher_batch_size", "grpc_server_handling_seconds"} {
+				"canopy_tso_batcher_batch_size", "canopy_tso_batcher_wait_seconds", "grpc_server_handling_seconds"} {
 				if _, ok := s.sum(name); !ok {
 					return fmt.Errorf("node %d: no %s", i+1, name)
 				}
