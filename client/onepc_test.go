@@ -2,10 +2,12 @@ package client
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 )
 
@@ -130,5 +132,87 @@ func TestOnePCCancelledByProbeIsSettled(t *testing.T) {
 	}
 	if st := db.Stats(); st.AmbiguousResolved != 1 || st.OnePCCommits != 1 {
 		t.Fatalf("stats = %+v", st)
+	}
+}
+
+// writesOf returns the user keys of req's PutIntents.
+func writesOf(req *rpcpb.BatchRequest) []string {
+	var out []string
+	for _, r := range req.Requests {
+		if p := r.GetPutIntent(); p != nil {
+			out = append(out, string(p.GetKey()))
+		}
+	}
+	return out
+}
+
+// CommitWith whose writes do not fit one range writes them all at once,
+// then commits: the write of "a" is held at the server until the write of
+// "z" (another range) has arrived, which only happens if the second is not
+// sent after the first returns.
+func TestCommitWithWritesConcurrently(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	c.split(keys.UserKey([]byte("m")))
+	db := c.open(func(*Options) {}) // "a" and "z" lie in two ranges: no one-phase commit
+	zArrived := make(chan struct{})
+	var once sync.Once
+	var heldA atomic.Bool
+	c.setBeforeBatch(func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+		for _, k := range writesOf(req) {
+			switch k {
+			case string(keys.UserKey([]byte("z"))):
+				once.Do(func() { close(zArrived) })
+			case string(keys.UserKey([]byte("a"))):
+				select {
+				case <-zArrived:
+					heldA.Store(true)
+				case <-time.After(10 * time.Second):
+					// Reported below; the bound only keeps a wrong
+					// (sequential) client from hanging the test.
+				}
+			}
+		}
+		return nil
+	})
+	err := db.Txn(bg, func(ctx context.Context, txn *Txn) error {
+		return txn.CommitWith(ctx, Write{Key: []byte("a"), Value: []byte("1")}, Write{Key: []byte("z"), Value: []byte("2")})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !heldA.Load() {
+		t.Fatal(`the write of "a" was not in flight when the write of "z" arrived: CommitWith wrote them one after the other`)
+	}
+	if a, z := mustGet(t, db, "a"), mustGet(t, db, "z"); a != "1" || z != "2" {
+		t.Fatalf("a = %q, z = %q", a, z)
+	}
+}
+
+// One of CommitWith's concurrent writes meets a conflict: the attempt
+// fails with the retryable error (not the other write's success), and the
+// transaction runs again and commits.
+func TestCommitWithConcurrentWriteConflict(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	c.split(keys.UserKey([]byte("m")))
+	db := c.open(func(*Options) {}) // "a" and "z" lie in two ranges: no one-phase commit
+	var refused atomic.Bool
+	c.setBeforeBatch(func(node uint64, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
+		for _, k := range writesOf(req) {
+			if k == string(keys.UserKey([]byte("z"))) && !refused.Swap(true) {
+				return &rpcpb.BatchResponse{Error: &rpcpb.Error{Code: rpcpb.ErrorCode_WRITE_CONFLICT, ExistingTs: 1 << 62}}
+			}
+		}
+		return nil
+	})
+	attempts := 0
+	err := db.Txn(bg, func(ctx context.Context, txn *Txn) error {
+		attempts++
+		return txn.CommitWith(ctx, Write{Key: []byte("a"), Value: []byte("1")}, Write{Key: []byte("z"), Value: []byte("2")})
+	})
+	if err != nil || attempts != 2 {
+		t.Fatalf("err %v, attempts %d (want nil, 2)", err, attempts)
+	}
+	if a, z := mustGet(t, db, "a"), mustGet(t, db, "z"); a != "1" || z != "2" {
+		t.Fatalf("a = %q, z = %q", a, z)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -35,7 +36,8 @@ var errOnePCIneligible = errors.New("client: writes do not fit one range for a o
 // (TxnOptions.OnePC, Options.OnePC, the cluster setting) and the writes,
 // and for a serializable transaction every key and span it read, fall in
 // one range, the writes and the commit are one request and one Raft
-// proposal. It returns what Commit returns; ErrAmbiguous only if the
+// proposal. Otherwise the writes (one per key) are sent all at once, as
+// concurrent Puts and Deletes would be, and then the transaction commits. It returns what Commit returns; ErrAmbiguous only if the
 // one-phase commit's reply was lost and the range could not tell whether it
 // applied.
 //
@@ -66,12 +68,53 @@ func (t *Txn) CommitWith(ctx context.Context, ws ...Write) error {
 			return err
 		}
 	}
-	for _, w := range logical {
-		if err := t.writeLogical(ctx, w.Key, w.Value, w.Delete); err != nil {
-			return err
-		}
+	if err := t.writeConcurrently(ctx, logical); err != nil {
+		return err
 	}
 	return t.Commit(ctx)
+}
+
+// writeConcurrently writes ws (distinct keys) as Put or Delete of each
+// would, all at once: a transaction's operations may run on several
+// goroutines, and writes of distinct keys do not depend on each other, so
+// handing them to the commit costs one round of writes (pipelined or not),
+// not one per write. It returns when every write has returned, with the
+// first error: a retryable one before any other, since it poisons the
+// transaction whichever write met it.
+func (t *Txn) writeConcurrently(ctx context.Context, ws []Write) error {
+	if len(ws) == 1 || t.hier != nil {
+		// The hierarchy's writes are buffered in the client: nothing to
+		// overlap.
+		for _, w := range ws {
+			if err := t.writeLogical(ctx, w.Key, w.Value, w.Delete); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = t.writeLogical(ctx, w.Key, w.Value, w.Delete)
+		}()
+	}
+	wg.Wait()
+	var first error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, ErrRetryable) {
+			return err
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // tryOnePC commits with one CommitOnePC request if the transaction may.
