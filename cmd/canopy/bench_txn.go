@@ -17,9 +17,10 @@ import (
 
 type benchTxnOptions struct {
 	benchClusterOptions
-	check      bool
-	pipelining bool
-	switches   string
+	check          bool
+	pipelining     bool
+	switches       string
+	writesAtCommit bool
 }
 
 func init() {
@@ -34,8 +35,12 @@ concurrency, bounded by --duration and by --ops-max. Prints a table (ops are
 committed transactions; retries are the extra attempts of the counted
 ones), writes <out>.csv and <out>.png, and states the machine.
 
-On Canopy a transfer is client.DB.Txn (serializable; two Txn.Gets, then two
-Txn.Puts; DB.Txn retries lost conflicts with backoff). On etcd (--target
+On Canopy a transfer is client.DB.Txn (serializable; two Txn.Gets, then the
+two writes handed to the commit with Txn.CommitWith: a one-phase commit when
+both keys lie in one range, else both writes at once and the commit;
+--writes-at-commit=false writes with two Txn.Puts, one after the other, and
+lets DB.Txn commit, as the runs before 2026-11-27 did; DB.Txn retries lost
+conflicts with backoff). On etcd (--target
 etcd --endpoints ...) it is two linearizable Gets and a Txn that puts both
 keys If both ModRevisions are unchanged, run again at once when the compare
 fails (at most 20 runs).
@@ -65,6 +70,7 @@ total never changes. Cluster flags as for canopy bench kv.`,
 	f.BoolVar(&o.check, "check", true, "after the runs, read every key and check that the total balance is unchanged")
 	f.BoolVar(&o.pipelining, "pipelining", false, "Canopy: run the transfers with transactional pipelining (client.Options.Pipelining)")
 	f.StringVar(&o.switches, "switches", "", "Canopy: off or on: run the transfers with pipelining, parallel commits and one-phase commit all off or all on (default: the cluster setting)")
+	f.BoolVar(&o.writesAtCommit, "writes-at-commit", true, "Canopy: hand the transfer's two writes to the commit (Txn.CommitWith); false: two Txn.Puts, then the commit")
 	benchCmd.AddCommand(cmd)
 }
 
@@ -106,6 +112,12 @@ func runBenchTxn(ctx context.Context, o benchTxnOptions, command string) error {
 			if err := pipelineTarget(ctx, &targets[i], co, label); err != nil {
 				return err
 			}
+		}
+	}
+	for i := range targets {
+		if c, ok := targets[i].txn.(txnbench.Canopy); ok {
+			c.WritesAtCommit = o.writesAtCommit
+			targets[i].txn = c
 		}
 	}
 	if o.loadOnly {
