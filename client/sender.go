@@ -645,26 +645,21 @@ func (s *sender) refresh(ctx context.Context, spans []*rpcpb.Span, fromTs, toTs,
 		if err != nil {
 			return err
 		}
-		errs := make([]error, len(groups))
-		var wg sync.WaitGroup
-		for gi, g := range groups {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, _, errs[gi] = s.sendBatch(ctx, g[0].GetStart(), false, false, func(d *rpcpb.RangeDescriptor) ([]*rpcpb.RequestUnion, error) {
-					e := &rangeEntry{desc: d}
-					for _, sp := range g {
-						if !e.contains(sp.GetStart()) || (len(sp.GetEnd()) > 0 && len(d.GetEndKey()) > 0 && bytes.Compare(sp.GetEnd(), d.GetEndKey()) > 0) {
-							return nil, errRegroup
-						}
+		errs := eachConcurrently(len(groups), func(gi int) error {
+			g := groups[gi]
+			_, _, err := s.sendBatch(ctx, g[0].GetStart(), false, false, func(d *rpcpb.RangeDescriptor) ([]*rpcpb.RequestUnion, error) {
+				e := &rangeEntry{desc: d}
+				for _, sp := range g {
+					if !e.contains(sp.GetStart()) || (len(sp.GetEnd()) > 0 && len(d.GetEndKey()) > 0 && bytes.Compare(sp.GetEnd(), d.GetEndKey()) > 0) {
+						return nil, errRegroup
 					}
-					return []*rpcpb.RequestUnion{{Value: &rpcpb.RequestUnion_Refresh{Refresh: &rpcpb.RefreshRequest{
-						Spans: g, FromTs: fromTs, ToTs: toTs, TxnStart: txnStart,
-					}}}}, nil
-				})
-			}()
-		}
-		wg.Wait()
+				}
+				return []*rpcpb.RequestUnion{{Value: &rpcpb.RequestUnion_Refresh{Refresh: &rpcpb.RefreshRequest{
+					Spans: g, FromTs: fromTs, ToTs: toTs, TxnStart: txnStart,
+				}}}}, nil
+			})
+			return err
+		})
 		regroup := false
 		var routingErr error
 		var merged *rpcpb.Error
@@ -748,3 +743,20 @@ func isTimeout(err error) bool {
 // proxyHeader is kvserver.ProxyHeader (the client does not import
 // kvserver).
 const proxyHeader = "canopy-proxy"
+
+// eachConcurrently calls f(0), ..., f(n-1), each on its own goroutine, and
+// returns when all have returned, with their errors indexed as the calls
+// (a request's parts sent to their ranges at once).
+func eachConcurrently(n int, f func(i int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	return errs
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -92,16 +91,7 @@ func (t *Txn) writeConcurrently(ctx context.Context, ws []Write) error {
 		}
 		return nil
 	}
-	errs := make([]error, len(ws))
-	var wg sync.WaitGroup
-	for i, w := range ws {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = t.writeLogical(ctx, w.Key, w.Value, w.Delete)
-		}()
-	}
-	wg.Wait()
+	errs := eachConcurrently(len(ws), func(i int) error { return t.writeLogical(ctx, ws[i].Key, ws[i].Value, ws[i].Delete) })
 	var first error
 	for _, err := range errs {
 		if err == nil {

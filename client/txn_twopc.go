@@ -346,16 +346,7 @@ func (w *txnWire) prepare(ctx context.Context, writes []Write, reads [][]byte) e
 	if err != nil {
 		return err
 	}
-	errs := make([]error, len(groups))
-	var wg sync.WaitGroup
-	for i, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = w.prepareRange(ctx, g, 0)
-		}()
-	}
-	wg.Wait()
+	errs := eachConcurrently(len(groups), func(i int) error { return w.prepareRange(ctx, groups[i], 0) })
 	// Messages: a Prepare and a vote per participant, then (the second
 	// phase) a commit or abort and its acknowledgement per participant:
 	// 4N, formula 2.3 (2 for N = 1, where the thesis collapses the phases;
