@@ -26,8 +26,8 @@ var LatencyBuckets = prometheus.ExponentialBuckets(50e-6, 2, 18)
 // nil: without a registerer they count, unread.
 type raftMetrics struct {
 	reg prometheus.Registerer // nil: none
-	// proposals: commands handed to Raft by leaders (RawNode.Propose
-	// accepted them).
+	// proposals: commands handed to Raft by leaders (the MsgProp that
+	// carried them was accepted: proposeBatch).
 	proposals prometheus.Counter
 	// entriesAppended: log entries persisted to this node's Raft log
 	// (Ready.Entries), by leaders and followers.

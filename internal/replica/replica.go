@@ -1042,12 +1042,22 @@ func (r *Replica) drainInbox() {
 	}
 	isLeader := r.rn.BasicStatus().RaftState == raft.StateLeader
 	term := r.rn.BasicStatus().Term
+	// The commands are stepped into Raft as one MsgProp per run of them
+	// (proposeBatch), not one Propose each: the leader then sends each
+	// follower one append carrying them all, and the follower answers
+	// once, where one Propose each sent an append, and drew an answer, per
+	// command.
+	var batch []*proposal
 	for _, p := range props {
 		if !isLeader || (p.term != 0 && p.term != term) {
 			p.finish(proposalResult{err: ErrNotLeader})
 			continue
 		}
 		if p.cc != nil {
+			// A configuration change goes after the commands queued
+			// before it, in order.
+			r.proposeBatch(batch)
+			batch = batch[:0]
 			// Raft would turn a conf change it refuses into an empty entry
 			// without a word: refuse here what it would refuse.
 			if why := r.confChangeRefusal(*p.cc, term); why != "" {
@@ -1064,13 +1074,9 @@ func (r *Replica) drainInbox() {
 			r.prom().proposals.Inc()
 			continue
 		}
-		if err := r.rn.Propose(p.data); err != nil {
-			p.finish(proposalResult{err: fmt.Errorf("%w: %v", ErrProposalDropped, err)})
-			continue
-		}
-		r.proposals[p.id] = p
-		r.prom().proposals.Inc()
+		batch = append(batch, p)
 	}
+	r.proposeBatch(batch)
 	if len(reads) > 0 {
 		if !isLeader {
 			for _, w := range reads {
@@ -1085,6 +1091,31 @@ func (r *Replica) drainInbox() {
 	if isLeader && ticks > 0 {
 		r.renewLease(term, false)
 	}
+}
+
+// proposeBatch steps the commands of batch into Raft as one MsgProp, in
+// order, and records them as pending; if Raft drops the message (a leader
+// transfer under way, the uncommitted-entries limit), every one of them
+// fails with ErrProposalDropped, as one Propose each would have failed.
+// raftMu must be held, and this replica must lead.
+func (r *Replica) proposeBatch(batch []*proposal) {
+	if len(batch) == 0 {
+		return
+	}
+	ents := make([]raftpb.Entry, len(batch))
+	for i, p := range batch {
+		ents[i] = raftpb.Entry{Data: p.data}
+	}
+	if err := r.rn.Step(raftpb.Message{Type: raftpb.MsgProp, From: r.cfg.PeerID, Entries: ents}); err != nil {
+		for _, p := range batch {
+			p.finish(proposalResult{err: fmt.Errorf("%w: %v", ErrProposalDropped, err)})
+		}
+		return
+	}
+	for _, p := range batch {
+		r.proposals[p.id] = p
+	}
+	r.prom().proposals.Add(float64(len(batch)))
 }
 
 // maybeQuiesceLeader quiesces the group if this replica leads it and the
