@@ -43,6 +43,11 @@
 // step 2, so entries that arrive committed in the Ready that appends them
 // are durable before they apply.
 //
+// A leader hands the commands queued for a round to Raft as one MsgProp
+// (proposeBatch), not one Propose each: etcd raft sends each follower an
+// append per MsgProp, so a round's commands reach a follower in one append
+// and draw one answer.
+//
 // Superseded appends are not sent (supersededApps): when one Ready holds a
 // commit-only MsgApp to a follower and, after it, another MsgApp to the same
 // follower (same term, same or later log position and commit index), only
