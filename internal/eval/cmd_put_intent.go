@@ -37,14 +37,14 @@ func evalPutIntent(c Context, rw storage.ReadWriter, ru *rpcpb.RequestUnion, fx 
 	}
 	// A recovery that found this write missing refused it here for good
 	// (cmd_recover_intent.go): it must never land.
-	rec, err := loadKeyRecord(rw, p.Key)
+	rec, st, err := loadKeyRecordState(rw, p.Key)
 	if err != nil {
 		return nil, Error(err)
 	}
 	if rec.refuses(txn.StartTs) {
 		return nil, rpcpb.NewError(rpcpb.ErrorCode_WRITE_CONFLICT, "write of transaction %d at %q was refused (a recovery found it missing)", txn.StartTs, p.Key)
 	}
-	if err := mvcc.PutIntent(rw, p.Key, p.Value, p.Delete, txn); err != nil {
+	if err := mvcc.PutIntentLoaded(rw, st, p.Key, p.Value, p.Delete, txn); err != nil {
 		return nil, Error(err)
 	}
 	fx.Locked = append(fx.Locked, Lock{Key: p.Key, Txn: txn.StartTs})

@@ -27,11 +27,11 @@ func evalResolveIntent(c Context, rw storage.ReadWriter, ru *rpcpb.RequestUnion,
 	if !ContainsKey(c.Desc, p.Key) {
 		return nil, Mismatch(c.Desc, p.Key)
 	}
-	if _, err := mvcc.ResolveIntent(rw, p.Key, p.TxnStart, p.CommitTs); err != nil {
+	rec, st, err := loadKeyRecordState(rw, p.Key)
+	if err != nil {
 		return nil, Error(err)
 	}
-	rec, err := loadKeyRecord(rw, p.Key)
-	if err != nil {
+	if _, err := mvcc.ResolveIntentLoaded(rw, st, p.Key, p.TxnStart, p.CommitTs); err != nil {
 		return nil, Error(err)
 	}
 	// The transaction's shared lock here (2pc-locking) ends with its

@@ -292,6 +292,19 @@ func loadKeyRecord(r storage.Reader, key []byte) (keyRecord, error) {
 	return decodeKeyRecord(v)
 }
 
+// loadKeyRecordState reads key's record and the state a write of key
+// checks (its intent, its newest version) with one iterator: the record
+// sits at the key's plain key, just before its intent (mvcc.LoadKeyState).
+// Pass the state to mvcc's ...Loaded writes.
+func loadKeyRecordState(r storage.Reader, key []byte) (keyRecord, mvcc.KeyState, error) {
+	st, err := mvcc.LoadKeyState(r, key)
+	if err != nil || st.Plain() == nil {
+		return keyRecord{}, st, err
+	}
+	rec, err := decodeKeyRecord(st.Plain())
+	return rec, st, err
+}
+
 // storeKeyRecord writes key's record, deleting it when empty.
 func storeKeyRecord(w storage.Writer, key []byte, k keyRecord) error {
 	if k.empty() {

@@ -8,23 +8,65 @@ import (
 )
 
 // keyState is what a write needs to know about a logical key: its intent,
-// if any, and its newest committed version, if any.
+// if any, and its newest committed version, if any; and, read by the same
+// iterator when asked for (withPlain), the value at its plain key (which
+// sorts just before its intent: key.go), where the eval layer keeps the
+// key's record.
 type keyState struct {
 	intent   *IntentValue // nil: no intent
 	newestTs Timestamp    // 0: no committed version
+	plain    []byte       // nil: none, or not read
+}
+
+// KeyState is a logical key's state as a write of it needs it, read in
+// one pass by LoadKeyState: the value at its plain key (Plain, a copy;
+// nil if there is none), and what PutIntentLoaded and ResolveIntentLoaded
+// check (its intent, its newest committed version). It is valid only on
+// the reader it was read from, until that reader is written.
+type KeyState struct{ st keyState }
+
+// Plain returns the value at the key's plain key, nil if none.
+func (s KeyState) Plain() []byte { return s.st.plain }
+
+// LoadKeyState reads k's plain value, intent and newest version with one
+// iterator: for a writer that needs the plain value (the eval layer's key
+// record) as well, where GetPlain and then PutIntent would take two
+// iterators.
+func LoadKeyState(r storage.Reader, k []byte) (KeyState, error) {
+	st, err := readKeyState(r, k, true)
+	return KeyState{st}, err
 }
 
 // loadKeyState reads k's intent and newest version with one iterator.
 // The intent's slices are copies.
-func loadKeyState(r storage.Reader, k []byte) (st keyState, err error) {
+func loadKeyState(r storage.Reader, k []byte) (keyState, error) {
+	return readKeyState(r, k, false)
+}
+
+// readKeyState is loadKeyState, reading the plain value too if withPlain.
+func readKeyState(r storage.Reader, k []byte, withPlain bool) (st keyState, err error) {
 	prefix := keyPrefix(k)
-	it, err := r.NewIter(append(prefix, slotIntent), keyEnd(k))
+	lower := append(prefix, slotIntent)
+	if withPlain {
+		lower = prefix[:len(prefix):len(prefix)]
+	}
+	it, err := r.NewIter(lower, keyEnd(k))
 	if err != nil {
 		return keyState{}, fmt.Errorf("mvcc: read %q: %w", k, err)
 	}
 	defer closeIter(it, &err)
 	if !it.First() {
 		return keyState{}, iterErr(it, "read", k)
+	}
+	if withPlain && bytes.Equal(it.Key(), prefix) {
+		raw, err := it.Value()
+		if err != nil {
+			return keyState{}, fmt.Errorf("mvcc: read plain %q: %w", k, err)
+		}
+		st.plain = append([]byte{}, raw...)
+		if !it.Next() {
+			return st, iterErr(it, "read", k)
+		}
 	}
 	if isIntentOf(it.Key(), prefix) {
 		raw, err := it.Value()
@@ -84,6 +126,24 @@ func PutIntent(rw storage.ReadWriter, key, value []byte, isDelete bool, txn TxnM
 	if err != nil {
 		return err
 	}
+	return putIntent(rw, st, key, value, isDelete, txn)
+}
+
+// PutIntentLoaded is PutIntent for a caller that has read key's state
+// with LoadKeyState on rw (and written nothing at key since).
+func PutIntentLoaded(rw storage.ReadWriter, st KeyState, key, value []byte, isDelete bool, txn TxnMeta) error {
+	if txn.StartTs == 0 {
+		return invalidf("put intent %q: start_ts 0", key)
+	}
+	if isDelete && len(value) != 0 {
+		return invalidf("put intent %q: delete with a %d-byte value", key, len(value))
+	}
+	return putIntent(rw, st.st, key, value, isDelete, txn)
+}
+
+// putIntent is PutIntent once the arguments are checked and key's state
+// st is read.
+func putIntent(rw storage.ReadWriter, st keyState, key, value []byte, isDelete bool, txn TxnMeta) error {
 	if st.intent != nil && st.intent.Txn.StartTs != txn.StartTs {
 		return &WriteConflictError{Key: clone(key), Intent: &Intent{Key: clone(key), Txn: st.intent.Txn}}
 	}
@@ -145,6 +205,24 @@ func ResolveIntent(rw storage.ReadWriter, key []byte, txnStart, commitTs Timesta
 	if err != nil {
 		return false, err
 	}
+	return resolveIntent(rw, st, key, txnStart, commitTs)
+}
+
+// ResolveIntentLoaded is ResolveIntent for a caller that has read key's
+// state with LoadKeyState on rw (and written nothing at key since).
+func ResolveIntentLoaded(rw storage.ReadWriter, st KeyState, key []byte, txnStart, commitTs Timestamp) (resolved bool, err error) {
+	if txnStart == 0 {
+		return false, invalidf("resolve intent %q: start_ts 0", key)
+	}
+	if commitTs != 0 && commitTs < txnStart {
+		return false, invalidf("resolve intent %q: commit_ts %d < start_ts %d", key, commitTs, txnStart)
+	}
+	return resolveIntent(rw, st.st, key, txnStart, commitTs)
+}
+
+// resolveIntent is ResolveIntent once the arguments are checked and key's
+// state st is read.
+func resolveIntent(rw storage.ReadWriter, st keyState, key []byte, txnStart, commitTs Timestamp) (resolved bool, err error) {
 	if st.intent == nil || st.intent.Txn.StartTs != txnStart {
 		return false, nil
 	}
