@@ -1046,8 +1046,11 @@ func (r *Replica) drainInbox() {
 	// (proposeBatch), not one Propose each: the leader then sends each
 	// follower one append carrying them all, and the follower answers
 	// once, where one Propose each sent an append, and drew an answer, per
-	// command.
+	// command. A run is cut at proposeBatchBytes, so that Raft's
+	// uncommitted-entries limit, which takes or drops a MsgProp whole,
+	// still admits the leading commands of a large round.
 	var batch []*proposal
+	batchBytes := 0
 	for _, p := range props {
 		if !isLeader || (p.term != 0 && p.term != term) {
 			p.finish(proposalResult{err: ErrNotLeader})
@@ -1074,7 +1077,12 @@ func (r *Replica) drainInbox() {
 			r.prom().proposals.Inc()
 			continue
 		}
+		if len(batch) > 0 && batchBytes+len(p.data) > proposeBatchBytes {
+			r.proposeBatch(batch)
+			batch, batchBytes = batch[:0], 0
+		}
 		batch = append(batch, p)
+		batchBytes += len(p.data)
 	}
 	r.proposeBatch(batch)
 	if len(reads) > 0 {
@@ -1092,6 +1100,11 @@ func (r *Replica) drainInbox() {
 		r.renewLease(term, false)
 	}
 }
+
+// proposeBatchBytes bounds the commands' bytes in one MsgProp
+// (proposeBatch), as MaxSizePerMsg bounds an append; a command larger than
+// it goes alone.
+const proposeBatchBytes = 1 << 20
 
 // proposeBatch steps the commands of batch into Raft as one MsgProp, in
 // order, and records them as pending; if Raft drops the message (a leader

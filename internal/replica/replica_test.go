@@ -331,3 +331,53 @@ func TestFollowerRejectsProposals(t *testing.T) {
 		t.Fatalf("leader read: %v", err)
 	}
 }
+
+// TestConcurrentProposalsOneRound: commands proposed at once, many of them
+// and together larger than proposeBatchBytes, are stepped into Raft in
+// runs of at most that many bytes (proposeBatch) and all apply, in the
+// same order, on every replica.
+func TestConcurrentProposalsOneRound(t *testing.T) {
+	g := newGroup(t, 1000)
+	g.replica(1).Campaign()
+	lead := g.leader()
+	const n = 24
+	big := bytes.Repeat([]byte("v"), 300<<10) // 24 x 300 KiB: several runs
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := []byte(fmt.Sprintf("k%02d=", i))
+			if i%2 == 1 {
+				cmd = append(cmd, big...)
+			} else {
+				cmd = append(cmd, 's')
+			}
+			_, errs[i] = lead.Propose(ctx, cmd)
+		}(i)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("proposal %d: %v", i, err)
+		}
+	}
+	target := lead.Status().Applied
+	for id := uint64(1); id <= 3; id++ {
+		g.waitApplied(id, target)
+	}
+	want := dataOf(t, g.engines[1])
+	for id := uint64(2); id <= 3; id++ {
+		if dataOf(t, g.engines[id]) != want {
+			t.Fatalf("replica %d diverged from replica 1", id)
+		}
+	}
+	for i := 0; i < n; i++ {
+		if !bytes.Contains([]byte(want), []byte(fmt.Sprintf("k%02d", i))) {
+			t.Fatalf("k%02d missing", i)
+		}
+	}
+}
