@@ -44,9 +44,9 @@
 // are durable before they apply.
 //
 // A leader hands the commands queued for a round to Raft as one MsgProp
-// (proposeBatch), not one Propose each: etcd raft sends each follower an
-// append per MsgProp, so a round's commands reach a follower in one append
-// and draw one answer.
+// (proposeBatch; runs of at most proposeBatchBytes), not one Propose each:
+// etcd raft sends each follower an append per MsgProp, so a round's
+// commands reach a follower in one append and draw one answer.
 //
 // Superseded appends are not sent (supersededApps): when one Ready holds a
 // commit-only MsgApp to a follower and, after it, another MsgApp to the same
