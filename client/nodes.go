@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/rpc"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -58,7 +59,7 @@ func newNodeDirectory(seeds []string, tlsConfig *tls.Config, extra []grpc.DialOp
 		grpc.WithChainStreamInterceptor(refusalStreamInterceptor),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(messageBytesMax), grpc.MaxCallSendMsgSize(messageBytesMax)),
-	}, extra...)
+	}, append(rpc.DialOptions(), extra...)...)
 	d.mu.addrByID = map[uint64]string{}
 	d.mu.conns = map[string]*grpc.ClientConn{}
 	for _, a := range seeds {

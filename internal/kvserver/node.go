@@ -15,6 +15,7 @@ import (
 
 	"github.com/canopy-db/canopy/internal/concurrency"
 	"github.com/canopy-db/canopy/internal/replica"
+	"github.com/canopy-db/canopy/internal/rpc"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/security"
 	"github.com/canopy-db/canopy/internal/storage"
@@ -506,7 +507,7 @@ func Start(cfg Config) (*Node, error) {
 		_ = eng.Close()
 		return nil, err
 	}
-	n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
+	srvOpts := append(rpc.ServerOptions(), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
 		grpc.Creds(n.serverCredentials()), // auth.go
 		// Handlers run on long-lived workers instead of a new goroutine
 		// per RPC: a fresh goroutine starts with a small stack and grows it
@@ -522,6 +523,7 @@ func Start(cfg Config) (*Node, error) {
 		// about the cluster.
 		grpc.ChainUnaryInterceptor(n.ops.metrics.grpc.UnaryServerInterceptor(), n.authUnary, n.identityUnary, n.trackHandler, n.faultUnary),
 		grpc.ChainStreamInterceptor(n.ops.metrics.grpc.StreamServerInterceptor(), n.authStream, n.identityStream))
+	n.srv = grpc.NewServer(srvOpts...)
 	n.logSecurity()
 	rpcpb.RegisterKVServer(n.srv, &kvService{n: n})
 	rpcpb.RegisterInternalServer(n.srv, &internalService{n: n})
@@ -729,7 +731,8 @@ func (n *Node) conn(addr string) (*grpc.ClientConn, error) {
 	if c := n.mu.conns[addr]; c != nil {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, append(n.identityDialOptions(), grpc.WithTransportCredentials(n.peerCredentials()),
+	opts := append(n.identityDialOptions(), rpc.DialOptions()...)
+	c, err := grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(n.peerCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))...)
 	if err != nil {
 		return nil, err
