@@ -55,7 +55,9 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for k in "${!BINS[@]}"; do
 	BIN=${BINS[k]}
 	while :; do # gRPC ports PORT..PORT+2, HTTP ports 100 above
-		PORT=$((30000 + RANDOM % 20000))
+		# Below the kernel's ephemeral ports (32768 and up by default), which
+		# an outgoing connection may take between this check and the bind.
+		PORT=$((20000 + RANDOM % 12500))
 		ok=1
 		for q in 0 1 2 100 101 102; do port_free $((PORT + q)) || ok=0; done
 		[[ $ok == 1 ]] && break
