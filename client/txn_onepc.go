@@ -36,9 +36,9 @@ var errOnePCIneligible = errors.New("client: writes do not fit one range for a o
 // and for a serializable transaction every key and span it read, fall in
 // one range, the writes and the commit are one request and one Raft
 // proposal. Otherwise the writes (one per key) are sent all at once, as
-// concurrent Puts and Deletes would be, and then the transaction commits. It returns what Commit returns; ErrAmbiguous only if the
-// one-phase commit's reply was lost and the range could not tell whether it
-// applied.
+// concurrent Puts and Deletes would be, and then the transaction commits.
+// It returns what Commit returns; ErrAmbiguous only if the one-phase
+// commit's reply was lost and the range could not tell whether it applied.
 //
 // In DB.Txn, fn may end with `return txn.CommitWith(ctx, ...)`: a
 // transaction committed by CommitWith is not committed again.

@@ -45,10 +45,10 @@ func loadKeyState(r storage.Reader, k []byte) (keyState, error) {
 
 // readKeyState is loadKeyState, reading the plain value too if withPlain.
 func readKeyState(r storage.Reader, k []byte, withPlain bool) (st keyState, err error) {
-	prefix := keyPrefix(k)
-	lower := append(prefix, slotIntent)
-	if withPlain {
-		lower = prefix[:len(prefix):len(prefix)]
+	prefix := keyPrefix(k) // the plain key; its capacity has room for a slot
+	lower := prefix
+	if !withPlain {
+		lower = append(prefix, slotIntent) // prefix itself is unchanged
 	}
 	it, err := r.NewIter(lower, keyEnd(k))
 	if err != nil {
@@ -116,11 +116,8 @@ func readKeyState(r storage.Reader, k []byte, withPlain bool) (st keyState, err 
 // value's bytes as garbage when the batch is written: storage accounts every
 // Set that shadows a value, so no explicit Delete is needed.)
 func PutIntent(rw storage.ReadWriter, key, value []byte, isDelete bool, txn TxnMeta) error {
-	if txn.StartTs == 0 {
-		return invalidf("put intent %q: start_ts 0", key)
-	}
-	if isDelete && len(value) != 0 {
-		return invalidf("put intent %q: delete with a %d-byte value", key, len(value))
+	if err := checkPutIntent(key, value, isDelete, txn); err != nil {
+		return err
 	}
 	st, err := loadKeyState(rw, key)
 	if err != nil {
@@ -132,13 +129,22 @@ func PutIntent(rw storage.ReadWriter, key, value []byte, isDelete bool, txn TxnM
 // PutIntentLoaded is PutIntent for a caller that has read key's state
 // with LoadKeyState on rw (and written nothing at key since).
 func PutIntentLoaded(rw storage.ReadWriter, st KeyState, key, value []byte, isDelete bool, txn TxnMeta) error {
+	if err := checkPutIntent(key, value, isDelete, txn); err != nil {
+		return err
+	}
+	return putIntent(rw, st.st, key, value, isDelete, txn)
+}
+
+// checkPutIntent refuses PutIntent's invalid arguments
+// (ErrInvalidArgument).
+func checkPutIntent(key, value []byte, isDelete bool, txn TxnMeta) error {
 	if txn.StartTs == 0 {
 		return invalidf("put intent %q: start_ts 0", key)
 	}
 	if isDelete && len(value) != 0 {
 		return invalidf("put intent %q: delete with a %d-byte value", key, len(value))
 	}
-	return putIntent(rw, st.st, key, value, isDelete, txn)
+	return nil
 }
 
 // putIntent is PutIntent once the arguments are checked and key's state
@@ -195,11 +201,8 @@ func PutIntentLocked(rw storage.ReadWriter, key, value []byte, isDelete bool, tx
 // ErrInvariant: PutIntent and PutCommitted make it impossible, and writing
 // the version would either overwrite history or write below it.
 func ResolveIntent(rw storage.ReadWriter, key []byte, txnStart, commitTs Timestamp) (resolved bool, err error) {
-	if txnStart == 0 {
-		return false, invalidf("resolve intent %q: start_ts 0", key)
-	}
-	if commitTs != 0 && commitTs < txnStart {
-		return false, invalidf("resolve intent %q: commit_ts %d < start_ts %d", key, commitTs, txnStart)
+	if err := checkResolveIntent(key, txnStart, commitTs); err != nil {
+		return false, err
 	}
 	st, err := loadKeyState(rw, key)
 	if err != nil {
@@ -211,13 +214,22 @@ func ResolveIntent(rw storage.ReadWriter, key []byte, txnStart, commitTs Timesta
 // ResolveIntentLoaded is ResolveIntent for a caller that has read key's
 // state with LoadKeyState on rw (and written nothing at key since).
 func ResolveIntentLoaded(rw storage.ReadWriter, st KeyState, key []byte, txnStart, commitTs Timestamp) (resolved bool, err error) {
-	if txnStart == 0 {
-		return false, invalidf("resolve intent %q: start_ts 0", key)
-	}
-	if commitTs != 0 && commitTs < txnStart {
-		return false, invalidf("resolve intent %q: commit_ts %d < start_ts %d", key, commitTs, txnStart)
+	if err := checkResolveIntent(key, txnStart, commitTs); err != nil {
+		return false, err
 	}
 	return resolveIntent(rw, st.st, key, txnStart, commitTs)
+}
+
+// checkResolveIntent refuses ResolveIntent's invalid arguments
+// (ErrInvalidArgument).
+func checkResolveIntent(key []byte, txnStart, commitTs Timestamp) error {
+	if txnStart == 0 {
+		return invalidf("resolve intent %q: start_ts 0", key)
+	}
+	if commitTs != 0 && commitTs < txnStart {
+		return invalidf("resolve intent %q: commit_ts %d < start_ts %d", key, commitTs, txnStart)
+	}
+	return nil
 }
 
 // resolveIntent is ResolveIntent once the arguments are checked and key's
