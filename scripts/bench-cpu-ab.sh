@@ -2,7 +2,7 @@
 # bench-cpu-ab.sh: server CPU per operation of two or more canopy binaries,
 # measured side by side on this machine (docs/BENCHMARKS.md, "CPU per
 # operation"). Starts one 3-node cluster per binary (`canopy start
-# --insecure` processes on loopback, `canopy init --initial-ranges 6`,
+# --insecure` processes on loopback, `canopy init --initial-ranges` RANGES (default 6),
 # default settings: every Raft write synced), loads each, then runs ROUNDS
 # rounds; in each round every workload runs on every cluster in turn while
 # the other clusters are stopped (SIGSTOP), so that the binaries meet the
@@ -22,6 +22,8 @@
 #   SWITCHES   comma-separated, one per binary: off or on (canopy bench txn
 #              --switches: pipelining, parallel commits and 1PC all off or
 #              all on); empty: the cluster setting
+#   RANGES     comma-separated, one per binary: user ranges of its cluster
+#              (canopy init --initial-ranges; default 6 for every one)
 #   CPUPROF=1  each node writes a CPU profile of its life to
 #              OUT/c<K>-node<N>.prof (go tool pprof -top BIN OUT/c<K>-node*.prof)
 #   SCRATCH    parent of the stores (default /var/tmp)
@@ -52,6 +54,12 @@ cleanup() {
 }
 trap cleanup EXIT
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# ranges K: the user ranges of cluster K (RANGES, else 6).
+ranges() {
+	local r
+	IFS=, read -ra r <<<"${RANGES:-}"
+	echo "${r[$1]:-6}"
+}
 for k in "${!BINS[@]}"; do
 	BIN=${BINS[k]}
 	while :; do # gRPC ports PORT..PORT+2, HTTP ports 100 above
@@ -75,7 +83,7 @@ for k in "${!BINS[@]}"; do
 	done
 	sleep 2
 	for t in $(seq 1 30); do
-		"$BIN" init --insecure --host "127.0.0.1:${CP[0]}" --initial-ranges 6 >/dev/null 2>&1 && break
+		"$BIN" init --insecure --host "127.0.0.1:${CP[0]}" --initial-ranges "$(ranges "$k")" >/dev/null 2>&1 && break
 		[[ $t == 30 ]] && { echo "cluster $k: canopy init failed 30 times (see $OUT/c$k-node*.log)" >&2; exit 1; }
 		sleep 1
 	done

@@ -55,16 +55,12 @@ func (l *identityLog) due(key string) bool {
 
 // checkIdentity refuses an incoming RPC that names another cluster.
 func (n *Node) checkIdentity(ctx context.Context, method string) error {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return nil
-	}
-	theirs := first(md.Get(rpcpb.MetadataClusterID))
+	theirs := incoming(ctx, rpcpb.MetadataClusterID)
 	ours := n.settings().GetClusterId()
 	if theirs != "" && theirs == ours {
 		// A node removed from the cluster (membership.go) is no longer
 		// one of its nodes: its Raft messages and requests are refused.
-		if id, err := strconv.ParseUint(first(md.Get(rpcpb.MetadataFromNode)), 10, 64); err == nil && n.removedPeer(id) {
+		if id, err := strconv.ParseUint(incoming(ctx, rpcpb.MetadataFromNode), 10, 64); err == nil && n.removedPeer(id) {
 			if n.identityLog.due("removed " + strconv.FormatUint(id, 10)) {
 				n.log.Warn("refused an RPC from a removed node: stop it and wipe its store", "from", id, "method", method)
 			}
@@ -76,7 +72,7 @@ func (n *Node) checkIdentity(ctx context.Context, method string) error {
 		return nil
 	}
 	from := "a client"
-	if id := first(md.Get(rpcpb.MetadataFromNode)); id != "" {
+	if id := incoming(ctx, rpcpb.MetadataFromNode); id != "" {
 		from = "node n" + id
 	}
 	if n.identityLog.due("in " + from + " " + theirs) {
@@ -87,11 +83,14 @@ func (n *Node) checkIdentity(ctx context.Context, method string) error {
 		rpcpb.ClusterMismatchPrefix, n.NodeID(), n.Addr(), ours, from, theirs)
 }
 
-func first(v []string) string {
-	if len(v) == 0 {
-		return ""
+// incoming is the first value of the incoming RPC metadata key (lower
+// case), "" if none. Unlike metadata.FromIncomingContext it copies nothing
+// but the one key's values, which matters on every request.
+func incoming(ctx context.Context, key string) string {
+	if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
+		return v[0]
 	}
-	return v[0]
+	return ""
 }
 
 // identityUnary is the server's unary interceptor of checkIdentity.
@@ -231,6 +230,5 @@ func (n *Node) refuseToServe(err error) {
 // fromNode reports whether the incoming RPC of ctx was sent by a node (it
 // carries the sender's node ID), not by a client.
 func fromNode(ctx context.Context) bool {
-	md, ok := metadata.FromIncomingContext(ctx)
-	return ok && first(md.Get(rpcpb.MetadataFromNode)) != ""
+	return incoming(ctx, rpcpb.MetadataFromNode) != ""
 }

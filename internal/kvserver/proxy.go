@@ -26,8 +26,7 @@ import (
 const ProxyHeader = "canopy-proxy"
 
 func wantsProxy(ctx context.Context) bool {
-	md, ok := metadata.FromIncomingContext(ctx)
-	return ok && len(md.Get(ProxyHeader)) > 0
+	return len(metadata.ValueFromIncomingContext(ctx, ProxyHeader)) > 0
 }
 
 // errLeaseholderNotLive ends a forward whose target stopped being live.
