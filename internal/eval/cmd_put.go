@@ -1,6 +1,9 @@
 package eval
 
 import (
+	"os"
+	"sync/atomic"
+
 	"github.com/canopy-db/canopy/internal/concurrency"
 	"github.com/canopy-db/canopy/internal/mvcc"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -39,8 +42,61 @@ func evalPut(c Context, rw storage.ReadWriter, ru *rpcpb.RequestUnion, _ *Effect
 			return nil, e
 		}
 	}
-	if err := mvcc.PutCommitted(rw, p.Key, p.Value, p.Delete, c.WriteTs); err != nil {
+	if ks := c.KeyStates; ks != nil && !c.SharedLocks {
+		// The key's state from the leaseholder's cache, else read and kept.
+		gen := ks.Gen()
+		st := mvcc.NoIntentState(0)
+		if newest, ok := ks.Known(p.Key); ok {
+			st = mvcc.NoIntentState(newest)
+			if verifyKeyStates.Load() {
+				if e := verifyKeyState(rw, p.Key, newest); e != nil {
+					return nil, e
+				}
+			}
+		} else {
+			var err error
+			if st, err = mvcc.LoadWriteState(rw, p.Key); err != nil {
+				return nil, Error(err)
+			}
+			if !st.HasIntent() {
+				ks.Note(p.Key, st.NewestTs(), gen)
+			}
+		}
+		if err := mvcc.PutCommittedLoaded(rw, st, p.Key, p.Value, p.Delete, c.WriteTs); err != nil {
+			return nil, Error(err)
+		}
+		// The version the command will apply, known now (the apply raises
+		// it again: keystates.go).
+		ks.Note(p.Key, c.WriteTs, gen)
+	} else if err := mvcc.PutCommitted(rw, p.Key, p.Value, p.Delete, c.WriteTs); err != nil {
 		return nil, Error(err)
 	}
 	return &rpcpb.ResponseUnion{Value: &rpcpb.ResponseUnion_Put{Put: &rpcpb.PutResponse{Ts: c.WriteTs}}}, nil
+}
+
+// verifyKeyStates makes every Put that takes its key's state from the key
+// cache read the key too and compare: a testing check (CockroachDB's
+// "expensive checks"), on in the tests that mix Puts with transactions
+// and, for nodes started as processes, with CANOPY_VERIFY_KEY_STATES=1.
+var verifyKeyStates atomic.Bool
+
+func init() { verifyKeyStates.Store(os.Getenv("CANOPY_VERIFY_KEY_STATES") == "1") }
+
+// VerifyKeyStatesForTesting turns the check on or off in this process.
+func VerifyKeyStatesForTesting(on bool) { verifyKeyStates.Store(on) }
+
+// verifyKeyState reads key and checks what the cache said: no intent, and
+// no committed version above newest (the cache's newest may be higher
+// than the stored one: a Put notes its version before it applies, and a
+// proposal may never apply).
+func verifyKeyState(r storage.Reader, key []byte, newest mvcc.Timestamp) *rpcpb.Error {
+	st, err := mvcc.LoadWriteState(r, key)
+	if err != nil {
+		return Error(err)
+	}
+	if st.HasIntent() || st.NewestTs() > newest {
+		return rpcpb.NewError(rpcpb.ErrorCode_INTERNAL, "key cache of %q is wrong: it says no intent and newest version %d; stored: intent %v, newest version %d",
+			key, newest, st.HasIntent(), st.NewestTs())
+	}
+	return nil
 }

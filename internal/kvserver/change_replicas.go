@@ -59,6 +59,7 @@ func (s *rangeSM) ApplyConfChange(b *storage.Batch, index, term uint64, cc raftp
 	refuse := func(format string, args ...any) (bool, any, func()) {
 		return false, &rpcpb.BatchResponse{Error: pbErr(rpcpb.ErrorCode_RANGE_KEY_MISMATCH, format, args...)}, nil
 	}
+	s.keys.forget() // keystates.go: any command but a write batch
 	var c rpcpb.ChangeReplicasCommand
 	if err := proto.Unmarshal(cmd, &c); err != nil || c.Desc == nil {
 		return refuse("r%d: configuration change at index %d carries no descriptor", s.rangeID, index)

@@ -83,3 +83,54 @@ func TestIntentWaiters(t *testing.T) {
 		t.Fatalf("the older transaction after the victim gave way: %v", r.Error)
 	}
 }
+
+// TestPutAfterCachedKeyMeetsIntent: Puts of a key that the leaseholder's
+// key cache knows (keystates.go) still meet an intent written after it
+// learned the key: the Put waits for the intent, as a Put that read the
+// key would, and lands once the intent is resolved.
+func TestPutAfterCachedKeyMeetsIntent(t *testing.T) {
+	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir(), Nodes: 1, LockWaitMax: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc := newRaw(t, c.Addrs())
+	n := c.Node(0)
+	k := keys.UserKey([]byte("k"))
+	var last uint64
+	for _, v := range []string{"v1", "v2", "v3"} { // the first reads k, the others use the cache
+		r := rc.send(k, put("k", v))
+		if r.Error != nil {
+			t.Fatal(r.Error)
+		}
+		last = r.Responses[0].GetPut().GetTs()
+	}
+	txn := last + 1
+	if r := rc.send(k, putIntent("k", txn)); r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	done := make(chan *rpcpb.BatchResponse, 1)
+	go func() { done <- rc.send(k, put("k", "after")) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for n.LockWaiters() != 1 {
+		select {
+		case r := <-done:
+			t.Fatalf("a Put of a cached key did not wait for the intent written since: %v", r)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Put is not waiting for the intent")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if r := rc.send(k, resolve("k", txn, 0)); r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	if r := <-done; r.Error != nil {
+		t.Fatalf("the Put after the intent was resolved: %v", r.Error)
+	}
+	r := rc.send(k, get("k"))
+	if r.Error != nil || string(r.Responses[0].GetGet().GetValue()) != "after" {
+		t.Fatalf("read %v, want the last Put's value", r)
+	}
+}

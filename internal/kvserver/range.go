@@ -77,6 +77,9 @@ type rangeSM struct {
 	dataChanges atomic.Uint64
 	// feed: change feeds of the range at this replica (feed.go).
 	feed rangeFeed
+	// keys: what the leaseholder knows of keys a Put may write without
+	// reading them (keystates.go).
+	keys keyStates
 }
 
 // gcThreshold returns the range's GC threshold (see rangeSM.gc).
@@ -217,6 +220,26 @@ func (s *rangeSM) Apply(b *storage.Batch, index, term uint64, data []byte) (any,
 	if err := proto.Unmarshal(data, &c); err != nil {
 		panic(fmt.Sprintf("r%d: undecodable Raft command at index %d: %v", s.rangeID, index, err))
 	}
+	if c.ProposerTerm != 0 {
+		return s.applyCommand(b, index, term, &c)
+	}
+	// A command of another form (split, GC, meta record, oracle bound,
+	// ...) may change keys without their latches: the key cache forgets
+	// (keystates.go), now, and again once the batch has committed if the
+	// command has work for then (a split's new descriptor).
+	s.keys.forget()
+	res, after := s.applyCommand(b, index, term, &c)
+	if after == nil {
+		return res, nil
+	}
+	return res, func() {
+		s.keys.forget()
+		after()
+	}
+}
+
+// applyCommand is Apply, c decoded.
+func (s *rangeSM) applyCommand(b *storage.Batch, index, term uint64, c *rpcpb.RaftCommand) (any, func()) {
 	desc := s.Desc()
 	if c.Gc == nil {
 		s.dataChanges.Add(1)
@@ -240,6 +263,7 @@ func (s *rangeSM) Apply(b *storage.Batch, index, term uint64, data []byte) (any,
 		if err := b.ApplyRepr(c.WriteBatch); err != nil {
 			panic(fmt.Sprintf("r%d: entry %d: %v", s.rangeID, index, err))
 		}
+		s.keys.applied(s.n.Engine(), c.WriteBatch)
 		s.feedApplied(index, term, c.WriteBatch) // feed.go
 		return appliedResult{}, nil
 	case c.Batch != nil:
@@ -430,6 +454,7 @@ func (s *rangeSM) ApplySnapshot(b *storage.Batch, data []byte) (func(), error) {
 	}
 	desc := st.Range
 	s.dataChanges.Add(1)
+	s.keys.forget() // and again once it has committed, below
 	s.feedStop(&feedStop{rpcpb.FeedError_RETRY, pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "range r%d received a snapshot", s.rangeID)})
 	src, err := openPairs(st, rest)
 	if err != nil {
@@ -449,7 +474,10 @@ func (s *rangeSM) ApplySnapshot(b *storage.Batch, data []byte) (func(), error) {
 		return nil, err
 	}
 	s.raiseGCThreshold(st.GcThreshold)
-	return func() { s.setDesc(desc) }, nil
+	return func() {
+		s.keys.forget()
+		s.setDesc(desc)
+	}, nil
 }
 
 // registryKey marks, in node-local space, that this node holds rangeID.

@@ -296,6 +296,9 @@ func (n *Node) writeLatched(ctx context.Context, rr *rangeReplica, req *rpcpb.Ba
 	}
 	ec := eval.Context{Desc: rr.sm.Desc(), WriteTs: writeTs, GCThreshold: gcThreshold,
 		SharedLocks: writeTs != 0 && n.commitProtocol() == commitprotocol.TwoPCLocking}
+	if writeTs != 0 && !ec.SharedLocks && onlyPuts(req) {
+		ec.KeyStates = &rr.sm.keys // keystates.go
+	}
 	if eval.HasStatusScheduleWrite(req) {
 		// After latching the schedule: a version's new eras must begin
 		// above it (eval/status_schedule.go).
@@ -555,4 +558,17 @@ func followerProgress(d *rpcpb.RangeDescriptor, prs []replica.PeerProgress) []*r
 		out = append(out, fp)
 	}
 	return out
+}
+
+// onlyPuts reports whether every request of req is a non-transactional
+// Put: the batches whose Puts may take their keys' state from the key
+// cache (keystates.go), as no other write of the batch can hide an intent
+// from it.
+func onlyPuts(req *rpcpb.BatchRequest) bool {
+	for _, ru := range req.Requests {
+		if ru.Method() != rpcpb.MethodPut {
+			return false
+		}
+	}
+	return len(req.Requests) > 0
 }

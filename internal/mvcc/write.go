@@ -37,6 +37,26 @@ func LoadKeyState(r storage.Reader, k []byte) (KeyState, error) {
 	return KeyState{st}, err
 }
 
+// LoadWriteState reads k's intent and newest version with one iterator,
+// as PutCommitted does, for a caller that keeps what it learns
+// (NoIntentState).
+func LoadWriteState(r storage.Reader, k []byte) (KeyState, error) {
+	st, err := loadKeyState(r, k)
+	return KeyState{st}, err
+}
+
+// NoIntentState is the state of a key known to have no intent and newest
+// as its newest committed version (0: none), for PutCommittedLoaded. The
+// caller vouches for it: the eval layer takes it from a cache that every
+// applied command keeps exact (kvserver/keystates.go).
+func NoIntentState(newest Timestamp) KeyState { return KeyState{keyState{newestTs: newest}} }
+
+// HasIntent reports whether the key has an intent.
+func (s KeyState) HasIntent() bool { return s.st.intent != nil }
+
+// NewestTs is the timestamp of the key's newest committed version, 0 if none.
+func (s KeyState) NewestTs() Timestamp { return s.st.newestTs }
+
 // loadKeyState reads k's intent and newest version with one iterator.
 // The intent's slices are copies.
 func loadKeyState(r storage.Reader, k []byte) (keyState, error) {
@@ -261,16 +281,37 @@ func resolveIntent(rw storage.ReadWriter, st keyState, key []byte, txnStart, com
 // gives *WriteConflictError with ExistingTs = ts'. Either way nothing is
 // written.
 func PutCommitted(rw storage.ReadWriter, key, value []byte, isDelete bool, ts Timestamp) error {
+	if err := checkPutCommitted(key, value, isDelete, ts); err != nil {
+		return err
+	}
+	st, err := loadKeyState(rw, key)
+	if err != nil {
+		return err
+	}
+	return putCommitted(rw, st, key, value, isDelete, ts)
+}
+
+// PutCommittedLoaded is PutCommitted with the key's state already known:
+// read from rw by LoadWriteState (or LoadKeyState), with no write of key
+// in between, or vouched for by the caller (NoIntentState).
+func PutCommittedLoaded(rw storage.ReadWriter, st KeyState, key, value []byte, isDelete bool, ts Timestamp) error {
+	if err := checkPutCommitted(key, value, isDelete, ts); err != nil {
+		return err
+	}
+	return putCommitted(rw, st.st, key, value, isDelete, ts)
+}
+
+func checkPutCommitted(key, value []byte, isDelete bool, ts Timestamp) error {
 	if ts == 0 {
 		return invalidf("put %q: timestamp 0", key)
 	}
 	if isDelete && len(value) != 0 {
 		return invalidf("put %q: delete with a %d-byte value", key, len(value))
 	}
-	st, err := loadKeyState(rw, key)
-	if err != nil {
-		return err
-	}
+	return nil
+}
+
+func putCommitted(rw storage.ReadWriter, st keyState, key, value []byte, isDelete bool, ts Timestamp) error {
 	if st.intent != nil {
 		return &IntentError{Intents: []Intent{{Key: clone(key), Txn: st.intent.Txn}}}
 	}

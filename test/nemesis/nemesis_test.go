@@ -29,6 +29,9 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The nodes these tests start check their Puts' key cache against
+	// the store (eval.VerifyKeyStatesForTesting).
+	os.Setenv("CANOPY_VERIFY_KEY_STATES", "1")
 	os.Exit(func() int {
 		if testing.Short() {
 			skipWhy = "multi-process tests are skipped under -short"

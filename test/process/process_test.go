@@ -42,6 +42,9 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The nodes these tests start check their Puts' key cache against
+	// the store (eval.VerifyKeyStatesForTesting).
+	os.Setenv("CANOPY_VERIFY_KEY_STATES", "1")
 	os.Exit(func() int {
 		if os.Getenv(coordinatorEnv) != "" {
 			// A coordinator process of a parallel-commit test: it needs no
