@@ -24,7 +24,9 @@
 //     client retries). Latches are released when the command has applied
 //     here or is known never to apply, not when the client stops waiting.
 //     A batch that writes nothing (resolving an intent that is gone) is
-//     answered without a proposal.
+//     answered without a proposal. A batch of Puts alone takes the state
+//     of a key the leaseholder's key cache knows (no intent, its newest
+//     version) from there instead of reading it (keystates.go).
 //
 // Splits, meta updates, the oracle's bound, range-ID allocation and
 // version GC are still evaluated when applied, identically on every
