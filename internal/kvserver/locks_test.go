@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/kvserver"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/testcluster"
 )
@@ -19,19 +20,24 @@ func resolve(k string, txn, commit uint64) *rpcpb.RequestUnion {
 		Key: keys.UserKey([]byte(k)), TxnStart: txn, CommitTs: commit}}}
 }
 
+// waitingNode starts a one-node cluster whose requests wait up to an hour
+// for the intents they meet, and returns a raw client of it and the node.
+func waitingNode(t *testing.T) (*rawClient, *kvserver.Node) {
+	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir(), Nodes: 1, LockWaitMax: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return newRaw(t, c.Addrs()), c.Node(0)
+}
+
 // TestIntentWaiters checks the leaseholder's lock table: a write that meets
 // another transaction's intent waits and is woken when that intent is
 // resolved (it then succeeds instead of returning the conflict), and two
 // transactions that wait for each other's intents are told apart at once:
 // the younger gets DEADLOCK.
 func TestIntentWaiters(t *testing.T) {
-	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir(), Nodes: 1, LockWaitMax: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	rc := newRaw(t, c.Addrs())
-	n := c.Node(0)
+	rc, n := waitingNode(t)
 	awaitWaiters := func(want int) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
@@ -89,13 +95,7 @@ func TestIntentWaiters(t *testing.T) {
 // learned the key: the Put waits for the intent, as a Put that read the
 // key would, and lands once the intent is resolved.
 func TestPutAfterCachedKeyMeetsIntent(t *testing.T) {
-	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir(), Nodes: 1, LockWaitMax: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	rc := newRaw(t, c.Addrs())
-	n := c.Node(0)
+	rc, n := waitingNode(t)
 	k := keys.UserKey([]byte("k"))
 	var last uint64
 	for _, v := range []string{"v1", "v2", "v3"} { // the first reads k, the others use the cache
