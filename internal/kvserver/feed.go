@@ -142,6 +142,7 @@ func (s *rangeSM) feedApplied(index, term uint64, repr []byte) {
 
 // Flushed implements replica.FlushObserver.
 func (s *rangeSM) Flushed(index uint64) {
+	s.keys.flushed() // keystates.go
 	s.feed.mu.Lock()
 	p := s.feed.mu.proc
 	s.feed.mu.Unlock()

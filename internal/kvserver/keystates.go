@@ -17,26 +17,33 @@ import (
 // the replica's state machine (rangeSM), which tells the cache:
 //
 //   - an applied command whose writes are all Sets of version keys (what
-//     non-transactional Puts and one-phase commits write) raises the
-//     newest version of each cached key it writes;
+//     non-transactional Puts and one-phase commits write), evaluated in the
+//     cache's term, raises the newest version of each cached key it writes;
 //   - anything else (an intent written or resolved, a version deleted, a
-//     split, a snapshot, a configuration change, a command of any other
-//     form) starts a new generation, which forgets every entry at once.
+//     command evaluated in another term, a split, a snapshot, a
+//     configuration change, a command of any other form, or any command
+//     while the cache is empty) starts a new generation, which forgets
+//     every entry at once, and starts another once the command's batch
+//     has committed (Flushed), since a Put may read the engine in between.
 //
-// An entry is used only in the generation it was noted in. A Put notes
-// what it read under its key's write latch, so no command that writes the
-// key applies between its read and its note; the generation it took
-// before reading guards the note against the changes that do not latch
-// (splits, snapshots, GC), which start a new generation whether or not
-// the cache holds entries. The cache is consulted only for batches of Puts
-// alone (Node.writeLatched), so no intent of the same batch can hide from
-// it; the leaseholder is the only replica that notes, but every replica
-// keeps generations, so a replica that gets the lease later starts from
-// entries that are still exact or already forgotten.
+// An entry is used only in the generation it was noted in, and only by a
+// Put evaluated in the term of the commands applied last (at): a replica
+// that lost its lease may still evaluate a Put that passed the lease
+// check, while commands another leaseholder evaluated, which never took
+// this replica's latches, apply here. A Put notes what it read under its
+// key's write latch, in the generation it took before reading: a command
+// of this term that writes the key cannot apply in between, unless its
+// latch was given up early (a step-down), and then its apply starts new
+// generations before and after its batch commits, so the note is either
+// refused or never used.
 type keyStates struct {
-	mu  sync.Mutex
-	gen uint64
-	m   map[string]keyStateEntry
+	mu   sync.Mutex
+	gen  uint64 // from 1 once the first command applied; 0 never matches
+	term uint64 // the evaluation term of the commands applied last
+	// dirty: a generation started while the current batch of applied
+	// commands has not committed yet; Flushed starts another.
+	dirty bool
+	m     map[string]keyStateEntry
 }
 
 // keyStatesMax bounds the entries of one replica's cache; when it is
@@ -48,31 +55,45 @@ type keyStateEntry struct {
 	newest mvcc.Timestamp
 }
 
-var _ eval.KeyStates = (*keyStates)(nil)
+// at returns the cache as seen by a Put evaluated in term.
+func (c *keyStates) at(term uint64) eval.KeyStates { return termKeyStates{c, term} }
 
-// Gen implements eval.KeyStates.
-func (c *keyStates) Gen() uint64 {
+// termKeyStates implements eval.KeyStates for Puts evaluated in term.
+type termKeyStates struct {
+	c    *keyStates
+	term uint64
+}
+
+// Gen implements eval.KeyStates: 0 (which no entry has) if the cache is
+// not in this term.
+func (t termKeyStates) Gen() uint64 {
+	c := t.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.term != t.term {
+		return 0
+	}
 	return c.gen
 }
 
 // Known implements eval.KeyStates.
-func (c *keyStates) Known(key []byte) (mvcc.Timestamp, bool) {
+func (t termKeyStates) Known(key []byte) (mvcc.Timestamp, bool) {
+	c := t.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[string(key)]
-	if !ok || e.gen != c.gen {
+	if !ok || c.term != t.term || c.gen == 0 || e.gen != c.gen {
 		return 0, false
 	}
 	return e.newest, true
 }
 
 // Note implements eval.KeyStates.
-func (c *keyStates) Note(key []byte, newest mvcc.Timestamp, gen uint64) {
+func (t termKeyStates) Note(key []byte, newest mvcc.Timestamp, gen uint64) {
+	c := t.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if gen != c.gen {
+	if gen == 0 || gen != c.gen || c.term != t.term {
 		return // a command applied since: what was read may be stale
 	}
 	if e, ok := c.m[string(key)]; ok && e.gen == gen && e.newest > newest {
@@ -84,25 +105,41 @@ func (c *keyStates) Note(key []byte, newest mvcc.Timestamp, gen uint64) {
 	c.m[string(key)] = keyStateEntry{gen: gen, newest: newest}
 }
 
-// forget starts a new generation: no entry is used again.
+// forget starts a new generation now and another once the current batch
+// of applied commands has committed: no entry is used again.
 func (c *keyStates) forget() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forgetLocked()
+}
+
+func (c *keyStates) forgetLocked() {
 	c.gen++
-	if len(c.m) > 0 {
-		c.m = nil
+	c.dirty = true
+	c.m = nil
+}
+
+// flushed is told that the applied commands' batch has committed.
+func (c *keyStates) flushed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dirty {
+		c.gen++
+		c.dirty = false
 	}
 }
 
-// applied tells the cache about the writes of an applied command, repr as
-// the command carries them (storage.Batch.Repr).
-func (c *keyStates) applied(eng *storage.Engine, repr []byte) {
+// applied tells the cache about the writes of an applied command that
+// was evaluated in term, repr as the command carries them
+// (storage.Batch.Repr).
+func (c *keyStates) applied(eng *storage.Engine, term uint64, repr []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.m) == 0 {
-		// Nothing to keep exact (a follower's cache, always). A Put reading
-		// meanwhile reads a key this command did not write (its latch keeps
-		// such commands away), so its read stays exact too.
+	if term != c.term || len(c.m) == 0 {
+		// Another term's command, or nothing to keep (a follower's cache):
+		// forget without decoding.
+		c.term = term
+		c.forgetLocked()
 		return
 	}
 	err := eng.ReadRepr(repr, func(kind storage.ReprOpKind, k, _ []byte) error {
@@ -122,8 +159,7 @@ func (c *keyStates) applied(eng *storage.Engine, repr []byte) {
 	if err != nil {
 		// Anything but version Sets (or a repr that does not decode, which
 		// applying it has already reported): forget everything.
-		c.gen++
-		c.m = nil
+		c.forgetLocked()
 	}
 }
 

@@ -8,9 +8,12 @@ import (
 )
 
 // TestKeyStates steps the key cache through what the state machine tells
-// it: an entry is used only in the generation it was noted in; a command
-// of version Sets raises the newest version of the keys it writes; any
-// other write (an intent here) forgets everything, and so does forget.
+// it: an entry is used only in the generation it was noted in and by Puts
+// of the term of the commands applied last; a command of version Sets of
+// that term raises the newest version of the keys it writes; anything
+// else (an intent here, a version deleted, a command of another term, any
+// command while the cache is empty) forgets everything, and the commit of
+// the batch (flushed) starts one more generation.
 func TestKeyStates(t *testing.T) {
 	eng, err := storage.Open(t.TempDir(), storage.Options{})
 	if err != nil {
@@ -23,62 +26,94 @@ func TestKeyStates(t *testing.T) {
 		write(b)
 		return append([]byte(nil), b.Repr()...)
 	}
+	versions := func(sets map[string]mvcc.Timestamp) []byte {
+		return repr(func(w *storage.Batch) {
+			for k, ts := range sets {
+				_ = w.Set(mvcc.VersionKey([]byte(k), ts), mvcc.EncodeVersionValue([]byte("v"), false))
+			}
+		})
+	}
 	a, b := []byte("a"), []byte("b")
 	var c keyStates
-	known := func(k []byte, want mvcc.Timestamp, wantOK bool) {
+	t5 := c.at(5)
+	known := func(ks interface {
+		Known([]byte) (mvcc.Timestamp, bool)
+	}, k []byte, want mvcc.Timestamp, wantOK bool) {
 		t.Helper()
-		got, ok := c.Known(k)
+		got, ok := ks.Known(k)
 		if ok != wantOK || got != want {
 			t.Fatalf("Known(%q) = %d, %v; want %d, %v", k, got, ok, want, wantOK)
 		}
 	}
-	known(a, 0, false)
-	g := c.Gen()
-	c.Note(a, 5, g)
-	known(a, 5, true)
-	known(b, 0, false)
+	// Nothing applied in term 5 yet: nothing is noted.
+	if g := t5.Gen(); g != 0 {
+		t.Fatalf("Gen before any command of the term = %d, want 0", g)
+	}
+	t5.Note(a, 5, t5.Gen())
+	known(t5, a, 0, false)
 
-	// A note taken in an older generation is dropped.
-	c.forget()
-	known(a, 0, false)
-	c.Note(a, 5, g)
-	known(a, 0, false)
+	// A command of term 5 applies and commits: Puts of term 5 note.
+	c.applied(eng, 5, versions(map[string]mvcc.Timestamp{"z": 1}))
+	c.flushed()
+	g := t5.Gen()
+	t5.Note(a, 5, g)
+	t5.Note(b, 7, g)
+	known(t5, a, 5, true)
+	known(c.at(6), a, 0, false) // a Put of another term learns nothing
 
-	g = c.Gen()
-	c.Note(a, 5, g)
-	c.Note(b, 7, g)
-	// Version Sets: a's newest rises; b's lower version leaves it at 7.
-	c.applied(eng, repr(func(w *storage.Batch) {
-		_ = w.Set(mvcc.VersionKey(a, 9), mvcc.EncodeVersionValue([]byte("x"), false))
-		_ = w.Set(mvcc.VersionKey(b, 6), mvcc.EncodeVersionValue([]byte("y"), false))
-	}))
-	known(a, 9, true)
-	known(b, 7, true)
-	if c.Gen() != g {
+	// Version Sets of the term: a's newest rises; b's lower version
+	// leaves it at 7; no new generation.
+	c.applied(eng, 5, versions(map[string]mvcc.Timestamp{"a": 9, "b": 6}))
+	c.flushed()
+	known(t5, a, 9, true)
+	known(t5, b, 7, true)
+	if t5.Gen() != g {
 		t.Fatal("version Sets started a new generation")
 	}
-	// A note never lowers what the cache knows in its generation.
-	c.Note(a, 8, g)
-	known(a, 9, true)
+	t5.Note(a, 8, g) // a note never lowers what the cache knows
+	known(t5, a, 9, true)
 
-	// An intent (any write but a version Set) forgets everything.
-	c.applied(eng, repr(func(w *storage.Batch) {
-		_ = w.Set(mvcc.VersionKey(b, 10), mvcc.EncodeVersionValue([]byte("y"), false))
-		_ = w.Set(mvcc.IntentKey(a), []byte("intent"))
-	}))
-	known(a, 0, false)
-	known(b, 0, false)
+	// An intent forgets everything; a note taken before it is refused,
+	// and so is one taken after it but before its batch committed.
+	c.applied(eng, 5, repr(func(w *storage.Batch) { _ = w.Set(mvcc.IntentKey(b), []byte("intent")) }))
+	known(t5, a, 0, false)
+	t5.Note(a, 9, g)
+	known(t5, a, 0, false)
+	before := t5.Gen()
+	c.flushed()
+	t5.Note(a, 9, before)
+	known(t5, a, 0, false)
 
-	// A version deleted (GC's kind of write) forgets too.
-	g = c.Gen()
-	c.Note(a, 9, g)
-	c.applied(eng, repr(func(w *storage.Batch) { _ = w.Delete(mvcc.VersionKey(b, 3)) }))
-	known(a, 0, false)
+	// Version Sets of another term forget too (another leaseholder's).
+	g = t5.Gen()
+	t5.Note(a, 9, g)
+	known(t5, a, 9, true)
+	c.applied(eng, 6, versions(map[string]mvcc.Timestamp{"b": 20}))
+	c.flushed()
+	known(t5, a, 0, false)
+	if t5.Gen() != 0 {
+		t.Fatal("a Put of term 5 may still note after a command of term 6 applied")
+	}
 
-	// With no entry, nothing is decoded and nothing is forgotten: a Put
-	// reading meanwhile reads a key the command did not write.
-	g = c.Gen()
-	c.applied(eng, repr(func(w *storage.Batch) { _ = w.Set(mvcc.IntentKey(b), []byte("intent")) }))
-	c.Note(a, 9, g)
-	known(a, 9, true)
+	// A version deleted (GC's kind of write) forgets.
+	t6 := c.at(6)
+	g = t6.Gen()
+	t6.Note(a, 9, g)
+	c.applied(eng, 6, repr(func(w *storage.Batch) { _ = w.Delete(mvcc.VersionKey(b, 3)) }))
+	known(t6, a, 0, false)
+
+	// With no entry, any command forgets (nothing is decoded): a note
+	// taken before it is refused.
+	c.flushed()
+	g = t6.Gen()
+	c.applied(eng, 6, versions(map[string]mvcc.Timestamp{"b": 21}))
+	t6.Note(a, 9, g)
+	known(t6, a, 0, false)
+
+	// forget (splits, snapshots, other command forms) works the same way.
+	c.flushed()
+	g = t6.Gen()
+	t6.Note(a, 9, g)
+	c.forget()
+	known(t6, a, 0, false)
 }

@@ -263,7 +263,7 @@ func (s *rangeSM) applyCommand(b *storage.Batch, index, term uint64, c *rpcpb.Ra
 		if err := b.ApplyRepr(c.WriteBatch); err != nil {
 			panic(fmt.Sprintf("r%d: entry %d: %v", s.rangeID, index, err))
 		}
-		s.keys.applied(s.n.Engine(), c.WriteBatch)
+		s.keys.applied(s.n.Engine(), c.ProposerTerm, c.WriteBatch)
 		s.feedApplied(index, term, c.WriteBatch) // feed.go
 		return appliedResult{}, nil
 	case c.Batch != nil:
