@@ -33,9 +33,12 @@ import (
 // this replica's latches, apply here. A Put notes what it read under its
 // key's write latch, in the generation it took before reading: a command
 // of this term that writes the key cannot apply in between, unless its
-// latch was given up early (a step-down), and then its apply starts new
-// generations before and after its batch commits, so the note is either
-// refused or never used.
+// latch was given up early, which happens only once this replica has
+// stepped down with no leader known. Then no command of its term can be
+// proposed any more (a Put noted then fails to propose), and the first
+// command of a later term forgets; an intent of the early-released
+// command forgets when it applies, and its version Sets raise entries as
+// any do.
 type keyStates struct {
 	mu   sync.Mutex
 	gen  uint64 // from 1 once the first command applied; 0 never matches
