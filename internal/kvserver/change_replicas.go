@@ -384,6 +384,7 @@ func (n *Node) removeReplica(rr *rangeReplica, d *rpcpb.RangeDescriptor, why str
 		delete(n.mu.replicas, id)
 	}
 	n.mu.Unlock()
+	rr.sm.keys.forget() // give its entries back (keystates.go)
 	if err != nil {
 		n.log.Error("removing a replica's state", "range", id, "err", err)
 		return

@@ -2,6 +2,7 @@ package kvserver
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/canopy-db/canopy/internal/eval"
 	"github.com/canopy-db/canopy/internal/mvcc"
@@ -53,6 +54,15 @@ type keyStates struct {
 // full, the cache starts over.
 const keyStatesMax = 1 << 16
 
+// keyStatesProcessMax bounds the entries of all the caches of a process
+// (one node, for canopy start): about 20 MiB of small keys. Past it, Puts
+// note no new key until entries are forgotten; a node of many ranges that
+// all take Puts thus caches the keys of some. Entries are counted in
+// keyStatesEntries; a replica removed, or a node stopped, forgets its own.
+const keyStatesProcessMax = 1 << 18
+
+var keyStatesEntries atomic.Int64
+
 type keyStateEntry struct {
 	gen    uint64
 	newest mvcc.Timestamp
@@ -99,11 +109,21 @@ func (t termKeyStates) Note(key []byte, newest mvcc.Timestamp, gen uint64) {
 	if gen == 0 || gen != c.gen || c.term != t.term {
 		return // a command applied since: what was read may be stale
 	}
-	if e, ok := c.m[string(key)]; ok && e.gen == gen && e.newest > newest {
+	e, ok := c.m[string(key)]
+	if ok && e.gen == gen && e.newest > newest {
 		newest = e.newest
 	}
-	if c.m == nil || len(c.m) >= keyStatesMax {
-		c.m = map[string]keyStateEntry{}
+	if !ok {
+		if len(c.m) >= keyStatesMax {
+			c.dropLocked()
+		}
+		if keyStatesEntries.Load() >= keyStatesProcessMax {
+			return
+		}
+		if c.m == nil {
+			c.m = map[string]keyStateEntry{}
+		}
+		keyStatesEntries.Add(1)
 	}
 	c.m[string(key)] = keyStateEntry{gen: gen, newest: newest}
 }
@@ -119,6 +139,12 @@ func (c *keyStates) forget() {
 func (c *keyStates) forgetLocked() {
 	c.gen++
 	c.dirty = true
+	c.dropLocked()
+}
+
+// dropLocked removes every entry, giving them back to the process's count.
+func (c *keyStates) dropLocked() {
+	keyStatesEntries.Add(-int64(len(c.m)))
 	c.m = nil
 }
 
@@ -129,6 +155,7 @@ func (c *keyStates) flushed() {
 	if c.dirty {
 		c.gen++
 		c.dirty = false
+		c.dropLocked() // what was noted since the forget is of no use
 	}
 }
 

@@ -661,6 +661,7 @@ func (n *Node) Stop() {
 	// After the handlers: one may have created a replica meanwhile.
 	for _, rr := range n.replicaList() {
 		rr.r.Stop()
+		rr.sm.keys.forget() // give its entries back (keystates.go)
 	}
 	n.sched.Close()
 	n.unregisterOps()
