@@ -42,31 +42,26 @@ func evalPut(c Context, rw storage.ReadWriter, ru *rpcpb.RequestUnion, _ *Effect
 			return nil, e
 		}
 	}
-	if ks := c.KeyStates; ks != nil && !c.SharedLocks {
-		// The key's state from the leaseholder's cache, else read and kept.
-		gen := ks.Gen()
-		st := mvcc.NoIntentState(0)
-		if newest, ok := ks.Known(p.Key); ok {
-			st = mvcc.NoIntentState(newest)
-			if verifyKeyStates.Load() {
-				if e := verifyKeyState(rw, p.Key, newest); e != nil {
-					return nil, e
-				}
+	if ks := c.KeyStates; ks != nil {
+		// The key's state from the leaseholder's cache, else read.
+		newest, gen, ok := ks.Known(p.Key)
+		st := mvcc.NoIntentState(newest)
+		if ok && verifyKeyStates.Load() {
+			if e := verifyKeyState(rw, p.Key, newest); e != nil {
+				return nil, e
 			}
-		} else {
+		}
+		if !ok {
 			var err error
 			if st, err = mvcc.LoadWriteState(rw, p.Key); err != nil {
 				return nil, Error(err)
-			}
-			if !st.HasIntent() {
-				ks.Note(p.Key, st.NewestTs(), gen)
 			}
 		}
 		if err := mvcc.PutCommittedLoaded(rw, st, p.Key, p.Value, p.Delete, c.WriteTs); err != nil {
 			return nil, Error(err)
 		}
-		// The version the command will apply, known now (the apply raises
-		// it again: keystates.go).
+		// No intent, and the version the command will apply (the apply
+		// raises it again: keystates.go).
 		ks.Note(p.Key, c.WriteTs, gen)
 	} else if err := mvcc.PutCommitted(rw, p.Key, p.Value, p.Delete, c.WriteTs); err != nil {
 		return nil, Error(err)

@@ -36,23 +36,22 @@ type Context struct {
 	// KeyStates, if not nil, knows of some keys that they have no intent,
 	// and their newest version, so that a Put of one need not read it
 	// (kvserver/keystates.go). The leaseholder sets it only for a batch of
-	// non-transactional Puts alone, whose keys it has latched.
+	// non-transactional Puts alone, whose keys it has latched, and never
+	// with SharedLocks.
 	KeyStates KeyStates
 }
 
 // KeyStates is what a leaseholder knows, exactly, about keys a Put may
 // write. Known is only asked under the key's write latch, so nothing
-// changes the key in between; Note records what a Put found or wrote.
+// changes the key in between; Note records what a Put wrote.
 type KeyStates interface {
-	// Gen is the cache's generation: take it before reading a key's
-	// state, and Note the state under it.
-	Gen() uint64
 	// Known returns the newest committed version's timestamp of key (0:
-	// none) if the cache knows, from generation Gen(), that key has no
-	// intent.
-	Known(key []byte) (newest mvcc.Timestamp, ok bool)
-	// Note records that key had no intent and newest as its newest
-	// version, as read or written at generation gen.
+	// none) and ok if the cache knows that key has no intent; and, either
+	// way, the cache's generation, under which to Note what the Put
+	// found.
+	Known(key []byte) (newest mvcc.Timestamp, gen uint64, ok bool)
+	// Note records that key has no intent and newest as its newest
+	// version, as learned in generation gen.
 	Note(key []byte, newest mvcc.Timestamp, gen uint64)
 }
 

@@ -1,6 +1,7 @@
 package kvserver
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -31,9 +32,10 @@ import (
 // Put evaluated in the term of the commands applied last (at): a replica
 // that lost its lease may still evaluate a Put that passed the lease
 // check, while commands another leaseholder evaluated, which never took
-// this replica's latches, apply here. A Put notes what it read under its
-// key's write latch, in the generation it took before reading: a command
-// of this term that writes the key cannot apply in between, unless its
+// this replica's latches, apply here. A Put notes what it found and
+// wrote under its key's write latch, in the generation it took before
+// reading: a command of this term that writes the key cannot apply in
+// between, unless its
 // latch was given up early, which happens only once this replica has
 // stepped down with no leader known. Then no command of its term can be
 // proposed any more (a Put noted then fails to propose), and the first
@@ -77,28 +79,20 @@ type termKeyStates struct {
 	term uint64
 }
 
-// Gen implements eval.KeyStates: 0 (which no entry has) if the cache is
-// not in this term.
-func (t termKeyStates) Gen() uint64 {
+// Known implements eval.KeyStates. gen is 0 (which no entry has) if the
+// cache is not in this term.
+func (t termKeyStates) Known(key []byte) (newest mvcc.Timestamp, gen uint64, ok bool) {
 	c := t.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.term != t.term {
-		return 0
+		return 0, 0, false
 	}
-	return c.gen
-}
-
-// Known implements eval.KeyStates.
-func (t termKeyStates) Known(key []byte) (mvcc.Timestamp, bool) {
-	c := t.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	e, ok := c.m[string(key)]
-	if !ok || c.term != t.term || c.gen == 0 || e.gen != c.gen {
-		return 0, false
+	if !ok || c.gen == 0 || e.gen != c.gen {
+		return 0, c.gen, false
 	}
-	return e.newest, true
+	return e.newest, c.gen, true
 }
 
 // Note implements eval.KeyStates.
@@ -193,8 +187,4 @@ func (c *keyStates) applied(eng *storage.Engine, term uint64, repr []byte) {
 	}
 }
 
-type keyStatesError struct{}
-
-func (keyStatesError) Error() string { return "kvserver: not only version sets" }
-
-var errNotVersionSets error = keyStatesError{}
+var errNotVersionSets = errors.New("kvserver: not only version sets")

@@ -220,26 +220,13 @@ func (s *rangeSM) Apply(b *storage.Batch, index, term uint64, data []byte) (any,
 	if err := proto.Unmarshal(data, &c); err != nil {
 		panic(fmt.Sprintf("r%d: undecodable Raft command at index %d: %v", s.rangeID, index, err))
 	}
-	if c.ProposerTerm != 0 {
-		return s.applyCommand(b, index, term, &c)
-	}
-	// A command of another form (split, GC, meta record, oracle bound,
-	// ...) may change keys without their latches: the key cache forgets
-	// (keystates.go), now, and again once the batch has committed if the
-	// command has work for then (a split's new descriptor).
-	s.keys.forget()
-	res, after := s.applyCommand(b, index, term, &c)
-	if after == nil {
-		return res, nil
-	}
-	return res, func() {
+	if c.ProposerTerm == 0 {
+		// A command of another form (split, GC, meta record, oracle bound,
+		// ...) may change keys without their latches: the key cache
+		// forgets (keystates.go), now and once its batch has committed
+		// (Flushed).
 		s.keys.forget()
-		after()
 	}
-}
-
-// applyCommand is Apply, c decoded.
-func (s *rangeSM) applyCommand(b *storage.Batch, index, term uint64, c *rpcpb.RaftCommand) (any, func()) {
 	desc := s.Desc()
 	if c.Gc == nil {
 		s.dataChanges.Add(1)

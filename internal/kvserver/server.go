@@ -296,7 +296,7 @@ func (n *Node) writeLatched(ctx context.Context, rr *rangeReplica, req *rpcpb.Ba
 	}
 	ec := eval.Context{Desc: rr.sm.Desc(), WriteTs: writeTs, GCThreshold: gcThreshold,
 		SharedLocks: writeTs != 0 && n.commitProtocol() == commitprotocol.TwoPCLocking}
-	if writeTs != 0 && !ec.SharedLocks && onlyPuts(req) {
+	if !ec.SharedLocks && onlyPuts(req) {
 		ec.KeyStates = rr.sm.keys.at(term) // keystates.go
 	}
 	if eval.HasStatusScheduleWrite(req) {
