@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/canopy-db/canopy/internal/allocator"
+	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -132,4 +134,42 @@ func (db *DB) txnSwitches(o TxnOptions) (pipelining, parallelCommits, onePC bool
 	parallelCommits = pipelining && o.ParallelCommits.on(db.opts.ParallelCommits.on(cl.ParallelCommits.on(true)))
 	onePC = o.OnePC.on(db.opts.OnePC.on(cl.OnePC.on(true)))
 	return pipelining, parallelCommits, onePC
+}
+
+// Lease placement values (docs/design-notes.md, "Lease placement"):
+// LeasesSpread (the default) spreads ranges' leases over the nodes;
+// LeasesWithOracle puts every range's lease on the node that holds range
+// 1's, so that writes take their timestamps without a round trip between
+// nodes.
+const (
+	LeasesSpread     = string(allocator.LeasePlacementSpread)
+	LeasesWithOracle = string(allocator.LeasePlacementOracle)
+)
+
+// LeasePlacement reads the cluster's lease placement setting (LeasesSpread
+// when it was never set).
+func (db *DB) LeasePlacement(ctx context.Context) (string, error) {
+	found, v, err := db.plainGet(ctx, keys.LeasePlacementKey)
+	if err != nil {
+		return "", publicError(err)
+	}
+	if !found {
+		return LeasesSpread, nil
+	}
+	p, err := allocator.ParseLeasePlacement(string(v))
+	if err != nil {
+		return "", fmt.Errorf("%w: cluster setting: %w", ErrInternal, err)
+	}
+	return string(p), nil
+}
+
+// SetLeasePlacement writes the cluster's lease placement setting: p is
+// LeasesSpread or LeasesWithOracle (anything else is InvalidArgument).
+// Every node reads it within its members refresh (2 s by default) and
+// moves the leases it holds over its next balance rounds.
+func (db *DB) SetLeasePlacement(ctx context.Context, p string) error {
+	if _, err := allocator.ParseLeasePlacement(p); err != nil || p == "" {
+		return invalidArgf("lease placement %q: want %q or %q", p, LeasesSpread, LeasesWithOracle)
+	}
+	return publicError(db.plainPut(ctx, keys.LeasePlacementKey, []byte(p), false))
 }

@@ -24,6 +24,10 @@
 #              all on); empty: the cluster setting
 #   RANGES     comma-separated, one per binary: user ranges of its cluster
 #              (canopy init --initial-ranges; default 6 for every one)
+#   LEASES     comma-separated, one per binary: the lease placement of its
+#              cluster (canopy admin setting --lease-placement: spread or
+#              oracle; empty: the default, spread); the script waits until
+#              one node holds every lease before loading
 #   CPUPROF=1  each node writes a CPU profile of its life to
 #              OUT/c<K>-node<N>.prof (go tool pprof -top BIN OUT/c<K>-node*.prof)
 #   SCRATCH    parent of the stores (default /var/tmp)
@@ -60,6 +64,21 @@ ranges() {
 	IFS=, read -ra r <<<"${RANGES:-}"
 	echo "${r[$1]:-6}"
 }
+# leases K: the lease placement of cluster K (LEASES; empty: the default).
+leases() {
+	local l
+	IFS=, read -ra l <<<"${LEASES:-}"
+	echo "${l[$1]:-}"
+}
+# wait_one_leaseholder BIN HOSTS: until `canopy status` shows exactly one
+# node holding leases (its last column, LEASEHOLDER OF), at most 60 s.
+wait_one_leaseholder() {
+	for _ in $(seq 1 60); do
+		"$1" status --insecure --host "$2" 2>/dev/null | awk '/^n[0-9]+[ \t]/ { if ($NF + 0 > 0) c++ } END { exit c == 1 ? 0 : 1 }' && return 0
+		sleep 1
+	done
+	return 1
+}
 for k in "${!BINS[@]}"; do
 	BIN=${BINS[k]}
 	while :; do # gRPC ports PORT..PORT+2, HTTP ports 100 above
@@ -87,6 +106,11 @@ for k in "${!BINS[@]}"; do
 		[[ $t == 30 ]] && { echo "cluster $k: canopy init failed 30 times (see $OUT/c$k-node*.log)" >&2; exit 1; }
 		sleep 1
 	done
+	lp=$(leases "$k")
+	if [[ -n $lp ]]; then
+		"$BIN" admin setting --insecure --host "$H" --lease-placement "$lp" >/dev/null
+		[[ $lp != oracle ]] || wait_one_leaseholder "$BIN" "$H" || { echo "cluster $k: the leases did not gather on one node in 60 s" >&2; exit 1; }
+	fi
 	"$BIN" bench kv --insecure --host "$H" --load-only --out "" >/dev/null
 	if [[ $WL == *txn* ]]; then "$BIN" bench txn --insecure --host "$H" --load-only --out "" >/dev/null; fi
 	PL[$k]=$(IFS=,; echo "${P[*]}")

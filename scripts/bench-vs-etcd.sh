@@ -27,6 +27,11 @@
 #   KEYS, VALUE_BYTES, OPS_MAX   keyspace, value size, ops bound of a point
 #                 (defaults 10000, 256, 1000000)
 #   INITIAL_RANGES  Canopy user ranges (default 6, as `canopy bench kv`)
+#   LEASES        Canopy's lease placement (canopy admin setting
+#                 --lease-placement: spread, the default, or oracle: every
+#                 lease with the timestamp oracle, as etcd has one leader);
+#                 with oracle the script waits until one node holds every
+#                 lease
 #   CANOPY_BIN    use this canopy binary instead of building ./cmd/canopy
 #   ETCD_BIN      etcd binary (default: etcd on PATH; else Debian's
 #                 etcd-server is installed with apt-get, as root)
@@ -212,6 +217,18 @@ for t in $(seq 1 30); do
 	[[ $t == 30 ]] && { cat "$TMP/init.out" >&2; die "canopy init failed 30 times"; }
 	sleep 1
 done
+if [[ -n ${LEASES:-} ]]; then
+	"$CANOPY" admin setting --insecure --host "$HOSTS" --lease-placement "$LEASES" >&2
+	if [[ $LEASES == oracle ]]; then
+		for t in $(seq 1 60); do
+			"$CANOPY" status --insecure --host "$HOSTS" 2>/dev/null |
+				awk '/^n[0-9]+[ \t]/ { if ($NF + 0 > 0) c++ } END { exit c == 1 ? 0 : 1 }' && break
+			[[ $t == 60 ]] && die "the leases did not gather on one node in 60 s"
+			sleep 1
+		done
+		log "every Canopy lease on one node (--lease-placement oracle)"
+	fi
+fi
 ETCD_PID_LIST=$(IFS=,; echo "${ETCD_PIDS[*]}")
 CANOPY_PID_LIST=$(IFS=,; echo "${CANOPY_PIDS[*]}")
 log "etcd pids $ETCD_PID_LIST; canopy pids $CANOPY_PID_LIST"
@@ -322,7 +339,7 @@ FINISHED=$(date -u +"%Y-%m-%d %H:%M UTC")
 FS=$(df -T "$TMP" | awk 'NR==2 {print $2}')
 "$CANOPY" bench compare --in "$RAW" --out "$OUT/compare" --title "Canopy against etcd" \
 	--note "Command: QUICK=$QUICK DURATION=$DURATION CLIENTS=$CLIENTS WORKLOADS=$WORKLOADS scripts/bench-vs-etcd.sh; run $STARTED to $FINISHED" \
-	--note "Canopy: $CANOPY_DESC; 3 \`canopy start\` processes on loopback, \`canopy init --initial-ranges $INITIAL_RANGES\`, default settings (every Raft write synced)" \
+	--note "Canopy: $CANOPY_DESC; 3 \`canopy start\` processes on loopback, \`canopy init --initial-ranges $INITIAL_RANGES\`, lease placement ${LEASES:-spread}, otherwise default settings (every Raft write synced)" \
 	--note "etcd: $ETCD_VERSION (Debian etcd-server); 3 members on loopback, default settings (every Raft write synced, no auto-compaction); client go.etcd.io/etcd/client/v3 $(go -C "$REPO" list -m -f '{{.Version}}' go.etcd.io/etcd/client/v3 2>/dev/null || echo '?')" \
 	--note "Each point: $WARMUP uncounted warm-up, then $DURATION measured (at most $OPS_MAX ops); $KEYS keys, $VALUE_BYTES-byte values, keys uniform; one client (canopy bench kv/txn) with N goroutines; points alternate etcd, Canopy; the idle cluster is stopped (SIGSTOP) during the other's points" \
 	--note "Idle servers (no client, before loading, ${IDLE_SECONDS}s): etcd used ${IDLE_CPU[etcd]}% and Canopy ${IDLE_CPU[canopy]}% of one CPU; this is inside every point's server CPU" \

@@ -12,17 +12,21 @@ import (
 // (client/settings.go) at run time. Clients pick a change up within their
 // SettingsRefresh (5 s by default); transactions already begun keep theirs.
 func init() {
-	var pipelining, parallel, onePC, statusEncoding string
+	var pipelining, parallel, onePC, statusEncoding, leases string
 	cmd := &cobra.Command{
 		Use:   "setting",
-		Short: "Show or set the cluster's transaction switches (pipelining, parallel commits, 1PC) and status encoding",
+		Short: "Show or set the cluster's transaction switches (pipelining, parallel commits, 1PC), status encoding and lease placement",
 		Long: "Without flags, prints the cluster's transaction switches and its status encoding schedule. Each\n" +
 			"switch flag sets one switch to on, off or default (on). Clients read the setting at start and every\n" +
 			"few seconds; a transaction's own options and its client's options override it.\n\n" +
 			"--status-encoding v1|tickets|tickets-mix moves the transaction status table to that encoding while the cluster\n" +
 			"runs: transactions that start after the cutover timestamp printed use it; those started before keep\n" +
 			"theirs, and lookups of their timestamps use the old encoding. The cutover is within the schedule's\n" +
-			"extension (5 minutes by default) of now.",
+			"extension (5 minutes by default) of now.\n\n" +
+			"--lease-placement spread|oracle: spread (the default) spreads ranges' leases over the nodes; oracle puts\n" +
+			"every range's lease on the node that holds range 1's (the timestamp oracle's host), so that writes take\n" +
+			"their timestamps without a round trip between nodes, and that node evaluates every request. Nodes read\n" +
+			"it within a few seconds and move leases over their next balance rounds.",
 		Args: cobra.NoArgs,
 		RunE: withDB(func(ctx context.Context, db *client.DB) error {
 			s, err := db.TxnSwitches(ctx)
@@ -44,12 +48,25 @@ func init() {
 				}
 				*f.t, changed = t, true
 			}
+			if leases != "" && leases != client.LeasesSpread && leases != client.LeasesWithOracle {
+				return usageErrorf("--lease-placement=%q: want spread or oracle", leases)
+			}
 			if changed {
 				if err := db.SetTxnSwitches(ctx, s); err != nil {
 					return err
 				}
 			}
 			fmt.Println(s)
+			if leases != "" {
+				if err := db.SetLeasePlacement(ctx, leases); err != nil {
+					return err
+				}
+			}
+			lp, err := db.LeasePlacement(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Println("lease_placement=" + lp)
 			var sched client.StatusSchedule
 			if statusEncoding != "" {
 				if statusEncoding != "v1" && statusEncoding != "tickets" && statusEncoding != "tickets-mix" {
@@ -69,6 +86,7 @@ func init() {
 	cmd.Flags().StringVar(&pipelining, "pipelining", "", "transactional pipelining: on, off or default")
 	cmd.Flags().StringVar(&parallel, "parallel-commits", "", "parallel commits (needs pipelining): on, off or default")
 	cmd.Flags().StringVar(&onePC, "one-pc", "", "one-phase commit: on, off or default")
+	cmd.Flags().StringVar(&leases, "lease-placement", "", "where ranges' leases go: spread (default) or oracle (all with the oracle's host)")
 	cmd.Flags().StringVar(&statusEncoding, "status-encoding", "", "move the status table to this encoding (v1, tickets or tickets-mix) for transactions started after the cutover")
 	adminCmd.AddCommand(cmd)
 }

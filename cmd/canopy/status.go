@@ -77,7 +77,11 @@ func (r *statusReport) json() any { return r.JSON(errorLine) }
 
 func (r *statusReport) print(w io.Writer, format string) error {
 	s := r.Settings
-	fmt.Fprintf(w, "cluster %s: replication factor %d, status encoding %s, commit protocol %s\n", s.ClusterId, s.ReplicationFactor, s.StatusEncoding, commitprotocol.Of(s.CommitProtocol))
+	lp := r.LeasePlacement
+	if lp == "" {
+		lp = "unknown"
+	}
+	fmt.Fprintf(w, "cluster %s: replication factor %d, status encoding %s, commit protocol %s, lease placement %s\n", s.ClusterId, s.ReplicationFactor, s.StatusEncoding, commitprotocol.Of(s.CommitProtocol), lp)
 	if line := r.HierarchyLine(); line != "" {
 		fmt.Fprintln(w, line)
 	}

@@ -90,8 +90,11 @@ func (r *Range) Lag() string {
 // Report is the cluster's status at one moment.
 type Report struct {
 	Settings *rpcpb.ClusterSettings
-	Nodes    []Node
-	Ranges   []Range
+	// LeasePlacement is the lease placement setting ("" if it could not
+	// be read).
+	LeasePlacement string
+	Nodes          []Node
+	Ranges         []Range
 	// At is when the report was gathered.
 	At time.Time
 }
@@ -103,6 +106,9 @@ func Gather(ctx context.Context, db *client.DB) (*Report, error) {
 		return nil, err
 	}
 	r := &Report{Settings: info.Settings, At: time.Now()}
+	if lp, err := db.LeasePlacement(ctx); err == nil {
+		r.LeasePlacement = lp
+	}
 	membership := map[uint64]string{}
 	if ms, err := db.Members(ctx); err == nil {
 		for _, m := range ms {
@@ -296,6 +302,7 @@ type JSON struct {
 	ReplicationFactor uint32 `json:"replication_factor"`
 	StatusEncoding    string `json:"status_encoding"`
 	CommitProtocol    string `json:"commit_protocol"`
+	LeasePlacement    string `json:"lease_placement,omitempty"`
 	// Hierarchy: the validator tree (hierarchy protocols only).
 	Hierarchy       *HierarchyJSON `json:"hierarchy,omitempty"`
 	Nodes           []NodeJSON     `json:"nodes"`
@@ -356,7 +363,7 @@ type FollowerJSON struct {
 func (r *Report) JSON(errText func(error) string) JSON {
 	under, unavailable := r.Counts()
 	out := JSON{ClusterID: r.Settings.GetClusterId(), ReplicationFactor: r.Settings.GetReplicationFactor(),
-		StatusEncoding: r.Settings.GetStatusEncoding(), CommitProtocol: string(commitprotocol.Of(r.Settings.GetCommitProtocol())), Problems: r.Problems(),
+		StatusEncoding: r.Settings.GetStatusEncoding(), CommitProtocol: string(commitprotocol.Of(r.Settings.GetCommitProtocol())), LeasePlacement: r.LeasePlacement, Problems: r.Problems(),
 		UnderReplicated: under, Unavailable: unavailable, TimeUnixMillis: r.At.UnixMilli(), Hierarchy: r.Hierarchy(),
 		Nodes: []NodeJSON{}, Ranges: []RangeJSON{}}
 	if out.Problems == nil {

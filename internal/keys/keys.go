@@ -7,6 +7,9 @@
 //	0x00 'a' + end key of a range       meta: range descriptor (plain key)
 //	0x00 'b' 'n' + node ID (8 bytes)    meta: node descriptor (plain key)
 //	0x00 'b' 'r'                        meta: last allocated range ID (plain key)
+//	0x00 'b' 'c'                        settings chosen at init (plain key)
+//	0x00 'b' 'l'                        lease placement setting (plain key)
+//	0x00 'b' 's'                        transaction switches setting (plain key)
 //	0x00 'c'                            oracle upper bound (plain key)
 //	0x00 'e' + ^version (8 bytes)       status encoding schedule (plain key)
 //	0x00 'h' + reversed start_ts        transaction heartbeat record (plain key)
@@ -43,7 +46,11 @@ var (
 	// marshalled rpcpb.ClusterSettings: status encoding, replication
 	// factor, commit protocol), written once at bootstrap in range 1.
 	ClusterSettingsKey = []byte{0x00, 'b', 'c'}
-	OracleBoundKey     = []byte{0x00, 'c'}
+	// LeasePlacementKey holds the lease placement cluster setting (the
+	// name of an allocator.LeasePlacement), changeable at run time; absent
+	// means the default.
+	LeasePlacementKey = []byte{0x00, 'b', 'l'}
+	OracleBoundKey    = []byte{0x00, 'c'}
 	// MetaEnd bounds the meta records.
 	MetaEnd         = []byte{0x00, 'a' + 1}
 	HeartbeatPrefix = []byte{0x00, 'h'}

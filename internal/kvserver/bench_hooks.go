@@ -29,7 +29,9 @@ func (n *Node) SetLeaderPreference(nodeID uint64) {
 }
 
 // preferredLeaderOf is the node that should lead d: the leader preference
-// if it holds a replica of d, else preferredLeader(d).
+// if it holds a replica of d, else the node the lease placement setting
+// names (placement.go), else preferredLeader(d), each among the nodes that
+// may lead.
 func (n *Node) preferredLeaderOf(d *rpcpb.RangeDescriptor) uint64 {
 	if p := n.leaderPreference.Load(); p != 0 {
 		for _, r := range d.Replicas {
@@ -40,10 +42,14 @@ func (n *Node) preferredLeaderOf(d *rpcpb.RangeDescriptor) uint64 {
 	}
 	// Leases go to nodes that stay: ACTIVE and live (replicate.go).
 	self := n.NodeID()
-	return preferredLeaderAmong(d, func(id uint64) bool {
+	ok := func(id uint64) bool {
 		return n.membership(id) == rpcpb.NodeMembership_ACTIVE && (id == self || n.liveness == nil || n.liveness.isLive(id)) &&
 			!n.isDamaged(d, id) // damage.go
-	})
+	}
+	if p := n.placedLeader(d, ok); p != 0 {
+		return p
+	}
+	return preferredLeaderAmong(d, ok)
 }
 
 // ReadIndexRounds sums the ReadIndex rounds that callers waited for

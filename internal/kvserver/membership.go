@@ -235,8 +235,10 @@ func (n *Node) membersSnapshot() (map[uint64]*rpcpb.MemberInfo, time.Time) {
 	return n.mu.members.byID, n.mu.members.at
 }
 
-// readMembers reads the members: from this node's replica of range 1 if
-// it holds range 1's lease, else from range 1's leader or any other node.
+// readMembers reads the members, and the lease placement setting (empty
+// when unset) kept beside them in range 1: from this node's replica of
+// range 1 if it holds range 1's lease, else from range 1's leader or any
+// other node.
 //
 // Only the leaseholder's replica is known to be current. A follower's may
 // be one that was removed from range 1 without learning it (it stops
@@ -245,7 +247,7 @@ func (n *Node) membersSnapshot() (map[uint64]*rpcpb.MemberInfo, time.Time) {
 // decommissioned node's view of itself as active, so it kept a lease and
 // its replicas, and `Members` answered with its stale replica counts
 // (docs/RELIABILITY.md, "Membership changes under load").
-func (n *Node) readMembers(ctx context.Context) ([]*rpcpb.MemberInfo, error) {
+func (n *Node) readMembers(ctx context.Context) ([]*rpcpb.MemberInfo, string, error) {
 	if rr := n.r1Leaseholder(); rr != nil {
 		return n.membersLocal(rr)
 	}
@@ -274,33 +276,37 @@ func (n *Node) readMembers(ctx context.Context) ([]*rpcpb.MemberInfo, error) {
 			last = errorf(resp.Error)
 			continue
 		}
-		return resp.Members, nil
+		return resp.Members, resp.LeasePlacement, nil
 	}
-	return nil, last
+	return nil, "", last
 }
 
-// membersLocal returns membersFrom(n.eng), read again only when rr, this
-// node's replica of range 1 (which holds the node and meta records), has
-// applied something since the last read: the scan reads every meta
-// record, and was a fifth of an idle node's CPU at 10,000 ranges, every
-// MembersRefreshInterval. The applied index is the published one, which
-// the engine's state is at or past when it is read, so a cached result is
-// at most as stale as that publication. The slice is shared: callers do
-// not modify it.
-func (n *Node) membersLocal(rr *rangeReplica) ([]*rpcpb.MemberInfo, error) {
+// membersLocal returns membersFrom(n.eng) and the lease placement setting,
+// read again only when rr, this node's replica of range 1 (which holds the
+// node and meta records), has applied something since the last read: the
+// scan reads every meta record, and was a fifth of an idle node's CPU at
+// 10,000 ranges, every MembersRefreshInterval. The applied index is the
+// published one, which the engine's state is at or past when it is read,
+// so a cached result is at most as stale as that publication. The slice
+// is shared: callers do not modify it.
+func (n *Node) membersLocal(rr *rangeReplica) ([]*rpcpb.MemberInfo, string, error) {
 	applied := rr.r.Status().Applied
 	c := &n.localMembers
 	c.Lock()
 	defer c.Unlock()
 	if c.ms != nil && c.applied == applied {
-		return c.ms, nil
+		return c.ms, c.placement, nil
 	}
 	ms, err := membersFrom(n.eng)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	c.applied, c.ms = applied, ms
-	return ms, nil
+	p, _, err := mvcc.GetPlain(n.eng, keys.LeasePlacementKey)
+	if err != nil {
+		return nil, "", err
+	}
+	c.applied, c.ms, c.placement = applied, ms, string(p)
+	return ms, c.placement, nil
 }
 
 // membersFrom computes the members from range 1's data in r.
@@ -334,11 +340,12 @@ func (n *Node) refreshMembers() {
 	}
 	ctx, cancel := context.WithTimeout(n.stopCtx, n.cfg.RequestTimeout)
 	defer cancel()
-	ms, err := n.readMembers(ctx)
+	ms, placement, err := n.readMembers(ctx)
 	if err != nil {
 		n.log.Debug("reading the cluster's members", "err", err)
 		return
 	}
+	n.setLeasePlacement(placement) // placement.go
 	byID := make(map[uint64]*rpcpb.MemberInfo, len(ms))
 	self := n.NodeID()
 	n.mu.Lock()
@@ -373,17 +380,17 @@ func (s *kvService) Members(ctx context.Context, _ *rpcpb.MembersRequest) (*rpcp
 		if fromNode(ctx) {
 			return &rpcpb.MembersResponse{Error: pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "node n%d does not hold the lease of range 1", n.NodeID())}, nil
 		}
-		ms, err := n.readMembers(ctx)
+		ms, placement, err := n.readMembers(ctx)
 		if err != nil {
 			return &rpcpb.MembersResponse{Error: pbErr(rpcpb.ErrorCode_UNAVAILABLE, "reading the members: %v", err)}, nil
 		}
-		return &rpcpb.MembersResponse{Members: ms}, nil
+		return &rpcpb.MembersResponse{Members: ms, LeasePlacement: placement}, nil
 	}
-	ms, err := n.membersLocal(rr)
+	ms, placement, err := n.membersLocal(rr)
 	if err != nil {
 		return &rpcpb.MembersResponse{Error: pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err)}, nil
 	}
-	return &rpcpb.MembersResponse{Members: ms}, nil
+	return &rpcpb.MembersResponse{Members: ms, LeasePlacement: placement}, nil
 }
 
 // AddNode implements rpcpb.KVServer.

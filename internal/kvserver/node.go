@@ -350,9 +350,13 @@ type Node struct {
 	// range 1 by that replica's applied index (membership.go).
 	localMembers struct {
 		sync.Mutex
-		applied uint64
-		ms      []*rpcpb.MemberInfo
+		applied   uint64
+		ms        []*rpcpb.MemberInfo
+		placement string
 	}
+	// leases: the lease placement setting as last read, and the oracle's
+	// host as last known (placement.go).
+	leases     leaseState
 	activeMu   sync.Mutex
 	active     map[uint64]struct{}
 	balanceDue map[uint64]struct{}

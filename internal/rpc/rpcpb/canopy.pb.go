@@ -5444,11 +5444,14 @@ func (x *MemberInfo) GetReplicas() uint32 {
 }
 
 type MembersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
-	Members       []*MemberInfo          `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Error   *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Members []*MemberInfo          `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	// lease_placement: the cluster setting read with the members
+	// (keys.LeasePlacementKey, allocator.LeasePlacement); empty when unset.
+	LeasePlacement string `protobuf:"bytes,3,opt,name=lease_placement,json=leasePlacement,proto3" json:"lease_placement,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MembersResponse) Reset() {
@@ -5493,6 +5496,13 @@ func (x *MembersResponse) GetMembers() []*MemberInfo {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *MembersResponse) GetLeasePlacement() string {
+	if x != nil {
+		return x.LeasePlacement
+	}
+	return ""
 }
 
 // TxnSwitches is the cluster setting of the transaction optimisations,
@@ -5921,10 +5931,11 @@ const file_canopy_proto_rawDesc = "" +
 	"\n" +
 	"MemberInfo\x12&\n" +
 	"\x04node\x18\x01 \x01(\v2\x12.canopy.NodeRecordR\x04node\x12\x1a\n" +
-	"\breplicas\x18\x02 \x01(\rR\breplicas\"d\n" +
+	"\breplicas\x18\x02 \x01(\rR\breplicas\"\x8d\x01\n" +
 	"\x0fMembersResponse\x12#\n" +
 	"\x05error\x18\x01 \x01(\v2\r.canopy.ErrorR\x05error\x12,\n" +
-	"\amembers\x18\x02 \x03(\v2\x12.canopy.MemberInfoR\amembers\"o\n" +
+	"\amembers\x18\x02 \x03(\v2\x12.canopy.MemberInfoR\amembers\x12'\n" +
+	"\x0flease_placement\x18\x03 \x01(\tR\x0eleasePlacement\"o\n" +
 	"\vTxnSwitches\x12\x1e\n" +
 	"\n" +
 	"pipelining\x18\x01 \x01(\rR\n" +
