@@ -46,6 +46,12 @@
 // leaseholder decides the steps (internal/allocator). Raft peer IDs pack
 // a replica ID, never reused, with the node ID (replica/peer.go).
 //
+// Lease placement (placement.go): the balance rounds hand each range's
+// leadership, and with it the lease, to the node the cluster setting names:
+// the range's preferred position (spread, the default) or range 1's
+// leader, the oracle's host (oracle). Read with the members; a leadership
+// transfer is all it ever does.
+//
 // Meta records (range 1) are kept true by each range's leader: after a
 // split, and periodically, a leader whose meta record differs writes it
 // with MetaUpdateCommand, which never lowers a record's generation.
