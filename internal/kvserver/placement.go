@@ -30,6 +30,9 @@ import (
 type leaseState struct {
 	// placement: the setting as last read (an allocator.LeasePlacement).
 	placement atomic.Value
+	// raw: the setting's stored value as last read, so that an unknown
+	// value is logged once, not at every read.
+	raw atomic.Pointer[string]
 	// oracleHost: the node that last answered a timestamp request of this
 	// node (fetchTimestamps), for nodes without a replica of range 1.
 	oracleHost atomic.Uint64
@@ -47,6 +50,9 @@ func (n *Node) leasePlacement() allocator.LeasePlacement {
 // does not know is logged and taken as the default. A change makes the
 // next balance round look at every range (a sweep).
 func (n *Node) setLeasePlacement(s string) {
+	if last := n.leases.raw.Swap(&s); last != nil && *last == s {
+		return
+	}
 	p, err := allocator.ParseLeasePlacement(s)
 	if err != nil {
 		n.log.Warn("unknown lease placement setting; placing leases by the default", "err", err)
