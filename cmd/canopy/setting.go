@@ -28,6 +28,24 @@ func init() {
 			"their timestamps without a round trip between nodes, and that node evaluates every request. Nodes read\n" +
 			"it within a few seconds and move leases over their next balance rounds.",
 		Args: cobra.NoArgs,
+		// Bad values are refused before connecting, whether a cluster
+		// answers or not.
+		PreRunE: func(*cobra.Command, []string) error {
+			for nm, val := range map[string]string{"--pipelining": pipelining, "--parallel-commits": parallel, "--one-pc": onePC} {
+				if val != "" {
+					if _, err := parseToggle(nm, val); err != nil {
+						return err
+					}
+				}
+			}
+			if leases != "" && leases != client.LeasesSpread && leases != client.LeasesWithOracle {
+				return usageErrorf("--lease-placement=%q: want spread or oracle", leases)
+			}
+			if statusEncoding != "" && statusEncoding != "v1" && statusEncoding != "tickets" && statusEncoding != "tickets-mix" {
+				return usageErrorf("--status-encoding=%q: want v1, tickets or tickets-mix", statusEncoding)
+			}
+			return nil
+		},
 		RunE: withDB(func(ctx context.Context, db *client.DB) error {
 			s, err := db.TxnSwitches(ctx)
 			if err != nil {
@@ -48,9 +66,6 @@ func init() {
 				}
 				*f.t, changed = t, true
 			}
-			if leases != "" && leases != client.LeasesSpread && leases != client.LeasesWithOracle {
-				return usageErrorf("--lease-placement=%q: want spread or oracle", leases)
-			}
 			if changed {
 				if err := db.SetTxnSwitches(ctx, s); err != nil {
 					return err
@@ -69,9 +84,6 @@ func init() {
 			fmt.Println("lease_placement=" + lp)
 			var sched client.StatusSchedule
 			if statusEncoding != "" {
-				if statusEncoding != "v1" && statusEncoding != "tickets" && statusEncoding != "tickets-mix" {
-					return usageErrorf("--status-encoding=%q: want v1, tickets or tickets-mix", statusEncoding)
-				}
 				if sched, err = db.SetStatusEncoding(ctx, statusEncoding); err != nil {
 					return err
 				}

@@ -62,6 +62,10 @@ func Check(s string) (Name, error) {
 // Built reports whether the protocol has an implementation.
 func (n Name) Built() bool { return built[n] }
 
+// Hierarchy reports whether n is one of the hierarchy protocols, whose
+// leaf validators decide transactions at the node holding their data.
+func (n Name) Hierarchy() bool { return n == HierarchyLocking || n == HierarchyTimestamps }
+
 // Names returns All as strings.
 func Names() []string {
 	out := make([]string, len(All))

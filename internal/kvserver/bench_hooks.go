@@ -40,16 +40,22 @@ func (n *Node) preferredLeaderOf(d *rpcpb.RangeDescriptor) uint64 {
 			}
 		}
 	}
-	// Leases go to nodes that stay: ACTIVE and live (replicate.go).
-	self := n.NodeID()
-	ok := func(id uint64) bool {
-		return n.membership(id) == rpcpb.NodeMembership_ACTIVE && (id == self || n.liveness == nil || n.liveness.isLive(id)) &&
-			!n.isDamaged(d, id) // damage.go
-	}
+	ok := n.mayLead(d)
 	if p := n.placedLeader(d, ok); p != 0 {
 		return p
 	}
 	return preferredLeaderAmong(d, ok)
+}
+
+// mayLead accepts the nodes that may hold d's lease: leases go to nodes
+// that stay, ACTIVE and live (replicate.go), whose replica of d is not
+// damaged (damage.go).
+func (n *Node) mayLead(d *rpcpb.RangeDescriptor) func(nodeID uint64) bool {
+	self := n.NodeID()
+	return func(id uint64) bool {
+		return n.membership(id) == rpcpb.NodeMembership_ACTIVE && (id == self || n.liveness == nil || n.liveness.isLive(id)) &&
+			!n.isDamaged(d, id)
+	}
 }
 
 // ReadIndexRounds sums the ReadIndex rounds that callers waited for

@@ -34,3 +34,65 @@ func TestPreferredLeaderOf(t *testing.T) {
 		}
 	}
 }
+
+// TestOracleNodeFirstHand: under the oracle placement, a node without a
+// replica of range 1 places leases on the node that last answered as range
+// 1's leaseholder, notices when that answer names another node (so that
+// balance sweeps), and keeps range 1 and ranges without a voter there out of
+// it.
+func TestOracleNodeFirstHand(t *testing.T) {
+	desc := func(rangeID uint64, nodes ...uint64) *rpcpb.RangeDescriptor {
+		d := &rpcpb.RangeDescriptor{RangeId: rangeID}
+		for _, id := range nodes {
+			d.Replicas = append(d.Replicas, &rpcpb.ReplicaDescriptor{NodeId: id})
+		}
+		return d
+	}
+	all := func(uint64) bool { return true }
+	var n Node
+	if got := n.oracleNode(); got != 0 {
+		t.Fatalf("oracleNode with nothing known = %d, want 0", got)
+	}
+	n.noteOracleHost(3)
+	if got := n.placedLeader(desc(4, 1, 2, 3), all); got != 0 {
+		t.Fatalf("placedLeader under spread = %d, want 0 (no say)", got)
+	}
+	if n.noteOracleMove() {
+		t.Fatal("noteOracleMove under spread reported a move")
+	}
+	n.setLeasePlacement("oracle")
+	for _, tc := range []struct {
+		d    *rpcpb.RangeDescriptor
+		want uint64
+	}{
+		{desc(4, 1, 2, 3), 3},
+		{desc(5, 1, 2, 3), 3},
+		{desc(OracleRangeID, 1, 2, 3), 0}, // range 1 keeps its position
+		{desc(6, 1, 2, 4), 0},             // no voter on the host: spread
+	} {
+		if got := n.placedLeader(tc.d, all); got != tc.want {
+			t.Errorf("placedLeader(r%d %v) = %d, want %d", tc.d.RangeId, voters(tc.d), got, tc.want)
+		}
+	}
+	if got := n.placedLeader(desc(4, 1, 2, 3), func(id uint64) bool { return id != 3 }); got != 0 {
+		t.Errorf("placedLeader with the host unable to lead = %d, want 0", got)
+	}
+	if !n.noteOracleMove() || n.noteOracleMove() {
+		t.Fatal("noteOracleMove: want a move on the first look only")
+	}
+	n.noteOracleHost(2)
+	if !n.noteOracleMove() {
+		t.Fatal("noteOracleMove: the host moved to n2, not reported")
+	}
+	// A hierarchy cluster keeps spread whatever the setting.
+	n.mu.settings = &rpcpb.ClusterSettings{CommitProtocol: "hierarchy-locking"}
+	if got := n.placedLeader(desc(4, 1, 2, 3), all); got != 0 {
+		t.Errorf("placedLeader on a hierarchy cluster = %d, want 0 (spread)", got)
+	}
+	n.mu.settings = nil
+	// An old answer is still the best this node knows without range 1.
+	n.leases.oracleSeen.Store(1)
+	if got := n.oracleNode(); got != 2 {
+		t.Fatalf("oracleNode with an old answer = %d, want 2", got)
+	}
+}

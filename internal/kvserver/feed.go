@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/canopy-db/canopy/internal/commitprotocol"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -427,7 +426,7 @@ func (n *Node) rangeFeed(ctx context.Context, req *rpcpb.RangeFeedRequest, send 
 	if !n.bootstrapped() {
 		return retry(pbErr(rpcpb.ErrorCode_NOT_BOOTSTRAPPED, "node is not part of a cluster yet: run canopy init"))
 	}
-	if p := n.commitProtocol(); p == commitprotocol.HierarchyLocking || p == commitprotocol.HierarchyTimestamps {
+	if p := n.commitProtocol(); p.Hierarchy() {
 		// Hierarchy decisions choose commit timestamps that closed
 		// timestamps do not account for: a resolved timestamp could promise
 		// what a later decision breaks.

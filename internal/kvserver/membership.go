@@ -276,6 +276,7 @@ func (n *Node) readMembers(ctx context.Context) ([]*rpcpb.MemberInfo, string, er
 			last = errorf(resp.Error)
 			continue
 		}
+		n.noteOracleHost(id) // only range 1's leaseholder answers a node (Members)
 		return resp.Members, resp.LeasePlacement, nil
 	}
 	return nil, "", last

@@ -962,7 +962,14 @@ func (n *Node) startRange(d *rpcpb.RangeDescriptor) {
 		n.log.Error("starting range", "range", d.RangeId, "err", err)
 		return
 	}
-	if preferredLeader(d) == n.NodeID() {
+	// The node the lease placement setting names campaigns, else the one
+	// at the preferred position: under oracle, a range split off one the
+	// oracle's host leads starts there instead of moving there later.
+	first := n.placedLeader(d, n.mayLead(d))
+	if first == 0 {
+		first = preferredLeader(d)
+	}
+	if first == n.NodeID() {
 		rr.r.Campaign()
 	}
 }
@@ -1274,6 +1281,7 @@ var BalanceSweepEvery = 30
 func (n *Node) balance() {
 	// The ranges that woke since the last round, and those still awake
 	// (a busy range wakes once and stays active).
+	moved := n.noteOracleMove() // placement.go
 	n.activeMu.Lock()
 	due := n.balanceDue
 	n.balanceDue = map[uint64]struct{}{}
@@ -1281,7 +1289,7 @@ func (n *Node) balance() {
 		due[id] = struct{}{}
 	}
 	n.balanceRun++
-	sweep := n.balanceRun%BalanceSweepEvery == 1
+	sweep := n.balanceRun%BalanceSweepEvery == 1 || moved
 	n.activeMu.Unlock()
 	// A node low on disk refuses writes (diskspace.go): it hands the
 	// leadership of every range it leads to a caught-up follower, which

@@ -178,7 +178,7 @@ func (n *Node) fetchTimestamps(count int) (uint64, error) {
 		if target == 0 || target == n.NodeID() {
 			ts, e := n.allocateLocal(ctx, uint32(count))
 			if e == nil {
-				n.leases.oracleHost.Store(n.NodeID())
+				n.noteOracleHost(n.NodeID())
 				return ts, nil
 			}
 			last = e
@@ -216,7 +216,7 @@ func (n *Node) fetchTimestamps(count int) (uint64, error) {
 			if resp.Count != uint32(count) || resp.First == 0 {
 				return 0, pbErr(rpcpb.ErrorCode_INTERNAL, "oracle on n%d returned %d timestamps from %d, asked for %d", target, resp.Count, resp.First, count)
 			}
-			n.leases.oracleHost.Store(target)
+			n.noteOracleHost(target)
 			return resp.First, nil
 		}
 		last = resp.Error

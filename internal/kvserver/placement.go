@@ -3,6 +3,7 @@ package kvserver
 import (
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/canopy-db/canopy/internal/allocator"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -33,9 +34,28 @@ type leaseState struct {
 	// raw: the setting's stored value as last read, so that an unknown
 	// value is logged once, not at every read.
 	raw atomic.Pointer[string]
-	// oracleHost: the node that last answered a timestamp request of this
-	// node (fetchTimestamps), for nodes without a replica of range 1.
+	// oracleHost: the node that last answered this node as range 1's
+	// leaseholder (a timestamp request, fetchTimestamps, or a members
+	// request, readMembers), at oracleSeen (unix nanoseconds). Only range
+	// 1's leaseholder answers either, so the answer is first-hand.
 	oracleHost atomic.Uint64
+	oracleSeen atomic.Int64
+	// lastOracle: the oracle's host as the last balance round saw it; a
+	// change makes that round a sweep (noteOracleMove).
+	lastOracle atomic.Uint64
+}
+
+// oracleHostFresh is how long an answer from range 1's leaseholder
+// outranks this node's replica of range 1's view of its leader (oracleNode):
+// a node that is not range 1's leaseholder reads the members from it every
+// MembersRefreshInterval, so under the default interval the answer is
+// renewed well within it.
+const oracleHostFresh = 10 * time.Second
+
+// noteOracleHost records that id answered as range 1's leaseholder.
+func (n *Node) noteOracleHost(id uint64) {
+	n.leases.oracleHost.Store(id)
+	n.leases.oracleSeen.Store(time.Now().UnixNano())
 }
 
 // leasePlacement returns the setting as last read (spread until read).
@@ -67,22 +87,53 @@ func (n *Node) setLeasePlacement(s string) {
 	n.activeMu.Unlock()
 }
 
-// oracleNode returns the node that leads range 1 as this node knows it:
-// its replica of range 1's view, else the node that last served it
-// timestamps; 0 if neither is known.
+// oracleNode returns the node that holds range 1's lease (the oracle's
+// host) as this node knows it: itself if it holds it; else the node that
+// answered as its holder within oracleHostFresh; else its replica of
+// range 1's view of the leader; else the last node that answered. 0 if
+// none is known.
+//
+// A first-hand answer outranks the replica's view because the replica
+// may have been removed from range 1 without learning it (readMembers):
+// its view of the leader is then frozen, and leases placed by it would
+// move back and forth between this node's choice and the others'.
 func (n *Node) oracleNode() uint64 {
+	if n.r1Leaseholder() != nil {
+		return n.NodeID()
+	}
+	host := n.leases.oracleHost.Load()
+	if host != 0 && time.Since(time.Unix(0, n.leases.oracleSeen.Load())) < oracleHostFresh {
+		return host
+	}
 	if l := n.r1Leader(); l != 0 {
 		return l
 	}
-	return n.leases.oracleHost.Load()
+	return host
+}
+
+// noteOracleMove reports whether the oracle's host, as this node knows it
+// (oracleNode), changed since the last call, under the oracle placement:
+// balance then looks at every range, so idle ranges follow the host at
+// once rather than at the next sweep.
+func (n *Node) noteOracleMove() bool {
+	if n.leasePlacement() != allocator.LeasePlacementOracle {
+		return false
+	}
+	o := n.oracleNode()
+	return o != 0 && n.leases.lastOracle.Swap(o) != o
 }
 
 // placedLeader is the node the lease placement setting puts d's lease on,
-// or 0 where it has no say (spread, range 1, the oracle's host unknown,
-// or not a voter of d that may lead it): the caller then places by
-// position.
+// or 0 where it has no say (spread, range 1, a cluster running a hierarchy
+// protocol, the oracle's host unknown, or not a voter of d that may lead
+// it): the caller then places by position.
+//
+// A hierarchy cluster keeps spread whatever the setting: a leaf fences a
+// range's commits for a lease duration after its lease moves, and decides
+// local transactions where their data is (docs/design-notes.md, "Lease
+// placement").
 func (n *Node) placedLeader(d *rpcpb.RangeDescriptor, ok func(nodeID uint64) bool) uint64 {
-	if n.leasePlacement() != allocator.LeasePlacementOracle || d.RangeId == OracleRangeID {
+	if n.leasePlacement() != allocator.LeasePlacementOracle || d.RangeId == OracleRangeID || n.commitProtocol().Hierarchy() {
 		return 0
 	}
 	o := n.oracleNode()

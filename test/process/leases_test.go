@@ -64,6 +64,9 @@ func TestLeasePlacementOracle(t *testing.T) {
 			killed = c.index(nd.Address)
 		}
 	}
+	if killed < 0 {
+		t.Fatalf("the oracle's host n%d is not among the cluster's nodes %v", host, info.Nodes)
+	}
 	c.kill9(killed)
 	atKill := acked.count()
 	c.waitAcked(acked, "writes after the oracle host was killed", atKill+50)
