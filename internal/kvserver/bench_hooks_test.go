@@ -9,24 +9,17 @@ import (
 // TestPreferredLeaderOf: the leader preference wins where the node holds a
 // replica; elsewhere, and with no preference, leaders spread by range ID.
 func TestPreferredLeaderOf(t *testing.T) {
-	desc := func(rangeID uint64, nodes ...uint64) *rpcpb.RangeDescriptor {
-		d := &rpcpb.RangeDescriptor{RangeId: rangeID}
-		for _, id := range nodes {
-			d.Replicas = append(d.Replicas, &rpcpb.ReplicaDescriptor{NodeId: id})
-		}
-		return d
-	}
 	var n Node
 	for _, tc := range []struct {
 		pref uint64
 		d    *rpcpb.RangeDescriptor
 		want uint64
 	}{
-		{0, desc(4, 1, 2, 3), 2}, // spread: Replicas[4 % 3]
-		{3, desc(4, 1, 2, 3), 3},
-		{1, desc(5, 1, 2, 3), 1},
-		{7, desc(5, 1, 2, 3), 3}, // no replica on node 7: spread
-		{2, desc(1), 0},          // no replicas at all
+		{0, descOn(4, 1, 2, 3), 2}, // spread: Replicas[4 % 3]
+		{3, descOn(4, 1, 2, 3), 3},
+		{1, descOn(5, 1, 2, 3), 1},
+		{7, descOn(5, 1, 2, 3), 3}, // no replica on node 7: spread
+		{2, descOn(1), 0},          // no replicas at all
 	} {
 		n.leaderPreference.Store(tc.pref)
 		if got := n.preferredLeaderOf(tc.d); got != tc.want {
@@ -41,20 +34,13 @@ func TestPreferredLeaderOf(t *testing.T) {
 // balance sweeps), and keeps range 1 and ranges without a voter there out of
 // it.
 func TestOracleNodeFirstHand(t *testing.T) {
-	desc := func(rangeID uint64, nodes ...uint64) *rpcpb.RangeDescriptor {
-		d := &rpcpb.RangeDescriptor{RangeId: rangeID}
-		for _, id := range nodes {
-			d.Replicas = append(d.Replicas, &rpcpb.ReplicaDescriptor{NodeId: id})
-		}
-		return d
-	}
 	all := func(uint64) bool { return true }
 	var n Node
 	if got := n.oracleNode(); got != 0 {
 		t.Fatalf("oracleNode with nothing known = %d, want 0", got)
 	}
 	n.noteOracleHost(3)
-	if got := n.placedLeader(desc(4, 1, 2, 3), all); got != 0 {
+	if got := n.placedLeader(descOn(4, 1, 2, 3), all); got != 0 {
 		t.Fatalf("placedLeader under spread = %d, want 0 (no say)", got)
 	}
 	if n.noteOracleMove() {
@@ -65,16 +51,16 @@ func TestOracleNodeFirstHand(t *testing.T) {
 		d    *rpcpb.RangeDescriptor
 		want uint64
 	}{
-		{desc(4, 1, 2, 3), 3},
-		{desc(5, 1, 2, 3), 3},
-		{desc(OracleRangeID, 1, 2, 3), 0}, // range 1 keeps its position
-		{desc(6, 1, 2, 4), 0},             // no voter on the host: spread
+		{descOn(4, 1, 2, 3), 3},
+		{descOn(5, 1, 2, 3), 3},
+		{descOn(OracleRangeID, 1, 2, 3), 0}, // range 1 keeps its position
+		{descOn(6, 1, 2, 4), 0},             // no voter on the host: spread
 	} {
 		if got := n.placedLeader(tc.d, all); got != tc.want {
 			t.Errorf("placedLeader(r%d %v) = %d, want %d", tc.d.RangeId, voters(tc.d), got, tc.want)
 		}
 	}
-	if got := n.placedLeader(desc(4, 1, 2, 3), func(id uint64) bool { return id != 3 }); got != 0 {
+	if got := n.placedLeader(descOn(4, 1, 2, 3), func(id uint64) bool { return id != 3 }); got != 0 {
 		t.Errorf("placedLeader with the host unable to lead = %d, want 0", got)
 	}
 	if !n.noteOracleMove() || n.noteOracleMove() {
@@ -86,7 +72,7 @@ func TestOracleNodeFirstHand(t *testing.T) {
 	}
 	// A hierarchy cluster keeps spread whatever the setting.
 	n.mu.settings = &rpcpb.ClusterSettings{CommitProtocol: "hierarchy-locking"}
-	if got := n.placedLeader(desc(4, 1, 2, 3), all); got != 0 {
+	if got := n.placedLeader(descOn(4, 1, 2, 3), all); got != 0 {
 		t.Errorf("placedLeader on a hierarchy cluster = %d, want 0 (spread)", got)
 	}
 	n.mu.settings = nil
@@ -95,4 +81,13 @@ func TestOracleNodeFirstHand(t *testing.T) {
 	if got := n.oracleNode(); got != 2 {
 		t.Fatalf("oracleNode with an old answer = %d, want 2", got)
 	}
+}
+
+// descOn is a descriptor of rangeID with a voter on each of nodes.
+func descOn(rangeID uint64, nodes ...uint64) *rpcpb.RangeDescriptor {
+	d := &rpcpb.RangeDescriptor{RangeId: rangeID}
+	for _, id := range nodes {
+		d.Replicas = append(d.Replicas, &rpcpb.ReplicaDescriptor{NodeId: id})
+	}
+	return d
 }

@@ -49,8 +49,9 @@
 // Lease placement (placement.go): the balance rounds hand each range's
 // leadership, and with it the lease, to the node the cluster setting names:
 // the range's preferred position (spread, the default) or range 1's
-// leader, the oracle's host (oracle). Read with the members; a leadership
-// transfer is all it ever does.
+// leaseholder, the oracle's host (oracle; a hierarchy cluster keeps
+// spread). Read with the members; a node learns the host first-hand from
+// range 1's leaseholder's answers; a leadership transfer is all it does.
 //
 // Meta records (range 1) are kept true by each range's leader: after a
 // split, and periodically, a leader whose meta record differs writes it
