@@ -28,10 +28,14 @@
 #                 (defaults 10000, 256, 1000000)
 #   INITIAL_RANGES  Canopy user ranges (default 6, as `canopy bench kv`)
 #   LEASES        Canopy's lease placement (canopy admin setting
-#                 --lease-placement: spread, the default, or oracle: every
-#                 lease with the timestamp oracle, as etcd has one leader);
-#                 with oracle the script waits until one node holds every
-#                 lease
+#                 --lease-placement). Default oracle: every lease with the
+#                 timestamp oracle's host, so that each system has one node
+#                 doing every leader's work, as etcd's single leader does
+#                 (like for like; the script waits until one node holds
+#                 every lease). spread: Canopy's cluster default, each
+#                 range's lease at its own position (on one machine it pays
+#                 for the hops between leaseholders and the oracle without
+#                 gaining cores; docs/BENCHMARKS.md, "Lease placement")
 #   CANOPY_BIN    use this canopy binary instead of building ./cmd/canopy
 #   ETCD_BIN      etcd binary (default: etcd on PATH; else Debian's
 #                 etcd-server is installed with apt-get, as root)
@@ -217,7 +221,8 @@ for t in $(seq 1 30); do
 	[[ $t == 30 ]] && { cat "$TMP/init.out" >&2; die "canopy init failed 30 times"; }
 	sleep 1
 done
-if [[ -n ${LEASES:-} ]]; then
+LEASES=${LEASES:-oracle}
+if [[ $LEASES != spread ]]; then
 	"$CANOPY" admin setting --insecure --host "$HOSTS" --lease-placement "$LEASES" >&2
 	if [[ $LEASES == oracle ]]; then
 		for t in $(seq 1 60); do
@@ -339,7 +344,7 @@ FINISHED=$(date -u +"%Y-%m-%d %H:%M UTC")
 FS=$(df -T "$TMP" | awk 'NR==2 {print $2}')
 "$CANOPY" bench compare --in "$RAW" --out "$OUT/compare" --title "Canopy against etcd" \
 	--note "Command: QUICK=$QUICK DURATION=$DURATION CLIENTS=$CLIENTS WORKLOADS=$WORKLOADS scripts/bench-vs-etcd.sh; run $STARTED to $FINISHED" \
-	--note "Canopy: $CANOPY_DESC; 3 \`canopy start\` processes on loopback, \`canopy init --initial-ranges $INITIAL_RANGES\`, lease placement ${LEASES:-spread}, otherwise default settings (every Raft write synced)" \
+	--note "Canopy: $CANOPY_DESC; 3 \`canopy start\` processes on loopback, \`canopy init --initial-ranges $INITIAL_RANGES\`, lease placement $LEASES, otherwise default settings (every Raft write synced)" \
 	--note "etcd: $ETCD_VERSION (Debian etcd-server); 3 members on loopback, default settings (every Raft write synced, no auto-compaction); client go.etcd.io/etcd/client/v3 $(go -C "$REPO" list -m -f '{{.Version}}' go.etcd.io/etcd/client/v3 2>/dev/null || echo '?')" \
 	--note "Each point: $WARMUP uncounted warm-up, then $DURATION measured (at most $OPS_MAX ops); $KEYS keys, $VALUE_BYTES-byte values, keys uniform; one client (canopy bench kv/txn) with N goroutines; points alternate etcd, Canopy; the idle cluster is stopped (SIGSTOP) during the other's points" \
 	--note "Idle servers (no client, before loading, ${IDLE_SECONDS}s): etcd used ${IDLE_CPU[etcd]}% and Canopy ${IDLE_CPU[canopy]}% of one CPU; this is inside every point's server CPU" \

@@ -31,9 +31,9 @@ func init() {
 		// Bad values are refused before connecting, whether a cluster
 		// answers or not.
 		PreRunE: func(*cobra.Command, []string) error {
-			for nm, val := range map[string]string{"--pipelining": pipelining, "--parallel-commits": parallel, "--one-pc": onePC} {
-				if val != "" {
-					if _, err := parseToggle(nm, val); err != nil {
+			for _, f := range [][2]string{{"--pipelining", pipelining}, {"--parallel-commits", parallel}, {"--one-pc", onePC}} {
+				if f[1] != "" {
+					if _, err := parseToggle(f[0], f[1]); err != nil {
 						return err
 					}
 				}

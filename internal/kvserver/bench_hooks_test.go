@@ -2,6 +2,7 @@ package kvserver
 
 import (
 	"testing"
+	"time"
 
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 )
@@ -70,6 +71,23 @@ func TestOracleNodeFirstHand(t *testing.T) {
 	if !n.noteOracleMove() {
 		t.Fatal("noteOracleMove: the host moved to n2, not reported")
 	}
+	// An answer naming this node itself is not used: it no longer holds
+	// range 1's lease (it holds no replica of range 1 here at all).
+	n.mu.nodeID = 5
+	n.noteOracleHost(5)
+	if got := n.oracleNode(); got != 0 {
+		t.Errorf("oracleNode with only its own old answer = %d, want 0", got)
+	}
+	n.noteOracleHost(2)
+	n.forgetOracleHost(3) // another node's failure leaves n2's answer
+	if got := n.oracleNode(); got != 2 {
+		t.Errorf("oracleNode after forgetting n3 = %d, want 2", got)
+	}
+	n.forgetOracleHost(2)
+	if got := n.oracleNode(); got != 0 {
+		t.Errorf("oracleNode after forgetting n2 = %d, want 0", got)
+	}
+	n.noteOracleHost(2)
 	// A hierarchy cluster keeps spread whatever the setting.
 	n.mu.settings = &rpcpb.ClusterSettings{CommitProtocol: "hierarchy-locking"}
 	if got := n.placedLeader(descOn(4, 1, 2, 3), all); got != 0 {
@@ -77,7 +95,7 @@ func TestOracleNodeFirstHand(t *testing.T) {
 	}
 	n.mu.settings = nil
 	// An old answer is still the best this node knows without range 1.
-	n.leases.oracleSeen.Store(1)
+	n.leases.host.Store(&oracleAnswer{node: 2, at: time.Unix(1, 0)})
 	if got := n.oracleNode(); got != 2 {
 		t.Fatalf("oracleNode with an old answer = %d, want 2", got)
 	}

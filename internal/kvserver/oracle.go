@@ -198,6 +198,7 @@ func (n *Node) fetchTimestamps(count int) (uint64, error) {
 		acancel()
 		if err != nil {
 			last = pbErr(rpcpb.ErrorCode_UNAVAILABLE, "oracle on n%d: %v", target, err)
+			n.forgetOracleHost(target)
 			// Wait a tick for range 1's view of its leader to move on, then
 			// ask whoever leads it now.
 			select {

@@ -34,28 +34,43 @@ type leaseState struct {
 	// raw: the setting's stored value as last read, so that an unknown
 	// value is logged once, not at every read.
 	raw atomic.Pointer[string]
-	// oracleHost: the node that last answered this node as range 1's
+	// host: the node that last answered this node as range 1's
 	// leaseholder (a timestamp request, fetchTimestamps, or a members
-	// request, readMembers), at oracleSeen (unix nanoseconds). Only range
-	// 1's leaseholder answers either, so the answer is first-hand.
-	oracleHost atomic.Uint64
-	oracleSeen atomic.Int64
+	// request, readMembers), and when. Only range 1's leaseholder answers
+	// either, so the answer is first-hand. nil: none yet.
+	host atomic.Pointer[oracleAnswer]
 	// lastOracle: the oracle's host as the last balance round saw it; a
 	// change makes that round a sweep (noteOracleMove).
 	lastOracle atomic.Uint64
 }
 
-// oracleHostFresh is how long an answer from range 1's leaseholder
-// outranks this node's replica of range 1's view of its leader (oracleNode):
-// a node that is not range 1's leaseholder reads the members from it every
-// MembersRefreshInterval, so under the default interval the answer is
-// renewed well within it.
-const oracleHostFresh = 10 * time.Second
+// oracleAnswer is a node that answered as range 1's leaseholder, and when.
+type oracleAnswer struct {
+	node uint64
+	at   time.Time
+}
 
-// noteOracleHost records that id answered as range 1's leaseholder.
+// oracleHostFresh is how long an answer from range 1's leaseholder
+// outranks this node's replica of range 1's view of its leader
+// (oracleNode): a node that is not range 1's leaseholder reads the members
+// from it every MembersRefreshInterval, so the answer is renewed several
+// times within it.
+func (n *Node) oracleHostFresh() time.Duration {
+	return max(10*time.Second, 5*n.cfg.MembersRefreshInterval)
+}
+
+// noteOracleHost records that id answered as range 1's leaseholder (this
+// node itself: it allocated timestamps as the host).
 func (n *Node) noteOracleHost(id uint64) {
-	n.leases.oracleHost.Store(id)
-	n.leases.oracleSeen.Store(time.Now().UnixNano())
+	n.leases.host.Store(&oracleAnswer{node: id, at: time.Now()})
+}
+
+// forgetOracleHost drops the answer of id, which failed to answer as range
+// 1's leaseholder: oracleNode falls back to range 1's replica's view.
+func (n *Node) forgetOracleHost(id uint64) {
+	if a := n.leases.host.Load(); a != nil && a.node == id {
+		n.leases.host.CompareAndSwap(a, nil)
+	}
 }
 
 // leasePlacement returns the setting as last read (spread until read).
@@ -88,22 +103,28 @@ func (n *Node) setLeasePlacement(s string) {
 }
 
 // oracleNode returns the node that holds range 1's lease (the oracle's
-// host) as this node knows it: itself if it holds it; else the node that
-// answered as its holder within oracleHostFresh; else its replica of
-// range 1's view of the leader; else the last node that answered. 0 if
-// none is known.
+// host) as this node knows it: itself if it holds it; else another node
+// that answered as its holder within oracleHostFresh and is live; else its
+// replica of range 1's view of the leader; else the last other node that
+// answered. 0 if none is known.
 //
 // A first-hand answer outranks the replica's view because the replica
 // may have been removed from range 1 without learning it (readMembers):
 // its view of the leader is then frozen, and leases placed by it would
-// move back and forth between this node's choice and the others'.
+// move back and forth between this node's choice and the others'. An
+// answer naming this node is not used: r1Leaseholder has just said that
+// this node no longer holds range 1's lease.
 func (n *Node) oracleNode() uint64 {
+	self := n.NodeID()
 	if n.r1Leaseholder() != nil {
-		return n.NodeID()
+		return self
 	}
-	host := n.leases.oracleHost.Load()
-	if host != 0 && time.Since(time.Unix(0, n.leases.oracleSeen.Load())) < oracleHostFresh {
-		return host
+	var host uint64
+	if a := n.leases.host.Load(); a != nil && a.node != self {
+		host = a.node
+		if time.Since(a.at) < n.oracleHostFresh() && (n.liveness == nil || n.liveness.isLive(host)) {
+			return host
+		}
 	}
 	if l := n.r1Leader(); l != 0 {
 		return l
@@ -116,7 +137,7 @@ func (n *Node) oracleNode() uint64 {
 // balance then looks at every range, so idle ranges follow the host at
 // once rather than at the next sweep.
 func (n *Node) noteOracleMove() bool {
-	if n.leasePlacement() != allocator.LeasePlacementOracle {
+	if n.leasePlacement() != allocator.LeasePlacementOracle || n.commitProtocol().Hierarchy() {
 		return false
 	}
 	o := n.oracleNode()
