@@ -81,8 +81,8 @@ func (r *statusReport) print(w io.Writer, format string) error {
 	if lp == "" {
 		lp = "unknown"
 	}
-	if p := commitprotocol.Of(s.CommitProtocol); lp == client.LeasesWithOracle && p.Hierarchy() {
-		lp += fmt.Sprintf(" (not applied: %s keeps spread)", p)
+	if applied := r.LeasePlacementApplied(); applied != "" && applied != lp {
+		lp += fmt.Sprintf(" (not applied: %s keeps %s)", commitprotocol.Of(s.CommitProtocol), applied)
 	}
 	fmt.Fprintf(w, "cluster %s: replication factor %d, status encoding %s, commit protocol %s, lease placement %s\n", s.ClusterId, s.ReplicationFactor, s.StatusEncoding, commitprotocol.Of(s.CommitProtocol), lp)
 	if line := r.HierarchyLine(); line != "" {

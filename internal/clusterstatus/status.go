@@ -303,6 +303,9 @@ type JSON struct {
 	StatusEncoding    string `json:"status_encoding"`
 	CommitProtocol    string `json:"commit_protocol"`
 	LeasePlacement    string `json:"lease_placement,omitempty"`
+	// LeasePlacementApplied: the placement the nodes carry out (spread on
+	// a cluster running a hierarchy protocol, whatever the setting).
+	LeasePlacementApplied string `json:"lease_placement_applied,omitempty"`
 	// Hierarchy: the validator tree (hierarchy protocols only).
 	Hierarchy       *HierarchyJSON `json:"hierarchy,omitempty"`
 	Nodes           []NodeJSON     `json:"nodes"`
@@ -358,12 +361,22 @@ type FollowerJSON struct {
 	OK      bool   `json:"ok"`
 }
 
+// LeasePlacementApplied is the lease placement the nodes carry out: the
+// setting, except that a cluster running a hierarchy protocol keeps spread
+// ("" if the setting could not be read).
+func (r *Report) LeasePlacementApplied() string {
+	if r.LeasePlacement != "" && commitprotocol.Of(r.Settings.GetCommitProtocol()).Hierarchy() {
+		return "spread"
+	}
+	return r.LeasePlacement
+}
+
 // JSON returns the report's JSON form; errText renders an unreachable
 // node's error (the CLI removes gRPC's framing from it).
 func (r *Report) JSON(errText func(error) string) JSON {
 	under, unavailable := r.Counts()
 	out := JSON{ClusterID: r.Settings.GetClusterId(), ReplicationFactor: r.Settings.GetReplicationFactor(),
-		StatusEncoding: r.Settings.GetStatusEncoding(), CommitProtocol: string(commitprotocol.Of(r.Settings.GetCommitProtocol())), LeasePlacement: r.LeasePlacement, Problems: r.Problems(),
+		StatusEncoding: r.Settings.GetStatusEncoding(), CommitProtocol: string(commitprotocol.Of(r.Settings.GetCommitProtocol())), LeasePlacement: r.LeasePlacement, LeasePlacementApplied: r.LeasePlacementApplied(), Problems: r.Problems(),
 		UnderReplicated: under, Unavailable: unavailable, TimeUnixMillis: r.At.UnixMilli(), Hierarchy: r.Hierarchy(),
 		Nodes: []NodeJSON{}, Ranges: []RangeJSON{}}
 	if out.Problems == nil {

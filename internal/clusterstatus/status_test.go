@@ -91,3 +91,26 @@ func TestErrorText(t *testing.T) {
 		t.Fatalf("ErrorText = %q, want %q", got, want)
 	}
 }
+
+// TestLeasePlacementApplied: the setting is what the nodes carry out, except
+// that a hierarchy cluster keeps spread; the JSON carries both.
+func TestLeasePlacementApplied(t *testing.T) {
+	for _, tc := range []struct {
+		protocol, setting, want string
+	}{
+		{"", "oracle", "oracle"},
+		{"default", "spread", "spread"},
+		{"2pc-locking", "oracle", "oracle"},
+		{"hierarchy-locking", "oracle", "spread"},
+		{"hierarchy-timestamps", "spread", "spread"},
+		{"hierarchy-locking", "", ""},
+	} {
+		r := &Report{Settings: &rpcpb.ClusterSettings{CommitProtocol: tc.protocol}, LeasePlacement: tc.setting}
+		if got := r.LeasePlacementApplied(); got != tc.want {
+			t.Errorf("protocol %q, setting %q: applied %q, want %q", tc.protocol, tc.setting, got, tc.want)
+		}
+		if j := r.JSON(func(err error) string { return err.Error() }); j.LeasePlacement != tc.setting || j.LeasePlacementApplied != tc.want {
+			t.Errorf("protocol %q, setting %q: JSON %q / %q", tc.protocol, tc.setting, j.LeasePlacement, j.LeasePlacementApplied)
+		}
+	}
+}
