@@ -49,6 +49,20 @@ func TestLeasePlacementOracle(t *testing.T) {
 	}
 	host := waitLeasesWithOracle(c, db, "after the setting")
 	t.Logf("every lease on n%d", host)
+	// A range split off one the host leads is led by the host too.
+	before, err := leaseholders(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Split(ctx, []byte("leases-split-point")); err != nil {
+		t.Fatalf("split under oracle placement: %v", err)
+	}
+	if lh := waitLeasesWithOracle(c, db, "after a split"); lh != host {
+		t.Fatalf("after a split every lease is on n%d, before it on n%d", lh, host)
+	}
+	if after, err := leaseholders(db); err == nil && len(after) <= len(before) {
+		t.Fatalf("the split added no range: %d ranges before, %d after", len(before), len(after))
+	}
 	if out := c.waitLive(3); !strings.Contains(out, "lease placement oracle") {
 		t.Fatalf("canopy status does not show the lease placement:\n%s", out)
 	}
