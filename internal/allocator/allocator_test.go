@@ -102,3 +102,22 @@ func mustID(t *testing.T, s string) uint64 {
 	}
 	return id
 }
+
+// TestAppliedLeasePlacement: the setting holds, except that a hierarchy
+// cluster keeps spread.
+func TestAppliedLeasePlacement(t *testing.T) {
+	for _, tc := range []struct {
+		setting   LeasePlacement
+		hierarchy bool
+		want      LeasePlacement
+	}{
+		{LeasePlacementOracle, false, LeasePlacementOracle},
+		{LeasePlacementSpread, false, LeasePlacementSpread},
+		{LeasePlacementOracle, true, LeasePlacementSpread},
+		{LeasePlacementSpread, true, LeasePlacementSpread},
+	} {
+		if got := AppliedLeasePlacement(tc.setting, tc.hierarchy); got != tc.want {
+			t.Errorf("AppliedLeasePlacement(%q, hierarchy %v) = %q, want %q", tc.setting, tc.hierarchy, got, tc.want)
+		}
+	}
+}

@@ -33,3 +33,14 @@ func ParseLeasePlacement(s string) (LeasePlacement, error) {
 	}
 	return "", fmt.Errorf("lease placement %q: want %q or %q", s, LeasePlacementSpread, LeasePlacementOracle)
 }
+
+// AppliedLeasePlacement is the placement nodes carry out under setting:
+// the setting, except that a cluster running a hierarchy protocol keeps
+// spread (a leaf fences a range's commits after its lease moves, and
+// decides local transactions where their data is).
+func AppliedLeasePlacement(setting LeasePlacement, hierarchy bool) LeasePlacement {
+	if hierarchy {
+		return LeasePlacementSpread
+	}
+	return setting
+}

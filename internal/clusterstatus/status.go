@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/allocator"
 	"github.com/canopy-db/canopy/internal/commitprotocol"
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
@@ -365,10 +366,10 @@ type FollowerJSON struct {
 // setting, except that a cluster running a hierarchy protocol keeps spread
 // ("" if the setting could not be read).
 func (r *Report) LeasePlacementApplied() string {
-	if r.LeasePlacement != "" && commitprotocol.Of(r.Settings.GetCommitProtocol()).Hierarchy() {
-		return "spread"
+	if r.LeasePlacement == "" {
+		return ""
 	}
-	return r.LeasePlacement
+	return string(allocator.AppliedLeasePlacement(allocator.LeasePlacement(r.LeasePlacement), commitprotocol.Of(r.Settings.GetCommitProtocol()).Hierarchy()))
 }
 
 // JSON returns the report's JSON form; errText renders an unreachable

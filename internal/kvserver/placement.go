@@ -132,12 +132,19 @@ func (n *Node) oracleNode() uint64 {
 	return host
 }
 
+// oraclePlacement reports whether this node carries out the oracle
+// placement: the setting as last read, as allocator.AppliedLeasePlacement
+// applies it to the cluster's commit protocol.
+func (n *Node) oraclePlacement() bool {
+	return allocator.AppliedLeasePlacement(n.leasePlacement(), n.commitProtocol().Hierarchy()) == allocator.LeasePlacementOracle
+}
+
 // noteOracleMove reports whether the oracle's host, as this node knows it
 // (oracleNode), changed since the last call, under the oracle placement:
 // balance then looks at every range, so idle ranges follow the host at
 // once rather than at the next sweep.
 func (n *Node) noteOracleMove() bool {
-	if n.leasePlacement() != allocator.LeasePlacementOracle || n.commitProtocol().Hierarchy() {
+	if !n.oraclePlacement() {
 		return false
 	}
 	o := n.oracleNode()
@@ -154,7 +161,7 @@ func (n *Node) noteOracleMove() bool {
 // local transactions where their data is (docs/design-notes.md, "Lease
 // placement").
 func (n *Node) placedLeader(d *rpcpb.RangeDescriptor, ok func(nodeID uint64) bool) uint64 {
-	if n.leasePlacement() != allocator.LeasePlacementOracle || d.RangeId == OracleRangeID || n.commitProtocol().Hierarchy() {
+	if !n.oraclePlacement() || d.RangeId == OracleRangeID {
 		return 0
 	}
 	o := n.oracleNode()

@@ -60,7 +60,11 @@ func TestLeasePlacementOracle(t *testing.T) {
 	if lh := waitLeasesWithOracle(c, db, "after a split"); lh != host {
 		t.Fatalf("after a split every lease is on n%d, before it on n%d", lh, host)
 	}
-	if after, err := leaseholders(db); err == nil && len(after) <= len(before) {
+	after, err := leaseholders(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) <= len(before) {
 		t.Fatalf("the split added no range: %d ranges before, %d after", len(before), len(after))
 	}
 	if out := c.waitLive(3); !strings.Contains(out, "lease placement oracle") {
