@@ -1,6 +1,7 @@
 package kvserver
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -59,6 +60,27 @@ func TestOpenStoreRefusesDamage(t *testing.T) {
 			writeIdent(b)
 			writeRange(b, raftpb.HardState{Term: 6, Commit: 76})
 		}, "range r7: its Raft state says index 76 is committed but its log ends at 10"},
+		{"commit index behind the applied one", func(t *testing.T, b *storage.Batch, dir string) {
+			// Healthy: a HardState whose commit index alone changed is
+			// not written, so the stored one may lag what was applied.
+			writeIdent(b)
+			writeRange(b, raftpb.HardState{Term: 6})
+			hb, err := (&raftpb.HardState{Term: 6, Commit: 3}).Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Set(storage.RangeLocalKey(rangeID, storage.SuffixHardState), hb); err != nil {
+				t.Fatal(err)
+			}
+		}, ""},
+		{"applied beyond the log", func(t *testing.T, b *storage.Batch, dir string) {
+			writeIdent(b)
+			writeRange(b, raftpb.HardState{Term: 6})
+			applied := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, 12), 6)
+			if err := b.Set(storage.RangeLocalKey(rangeID, storage.SuffixApplied), applied); err != nil {
+				t.Fatal(err)
+			}
+		}, "range r7: its Raft state says index 12 is applied but its log ends at 10"},
 		{"ranges without identity", func(t *testing.T, b *storage.Batch, dir string) {
 			writeRange(b, raftpb.HardState{})
 		}, "it holds 1 ranges but no node identity"},

@@ -13,7 +13,10 @@
 //     Send the messages that promise nothing about this node's disk: a
 //     leader's appends and heartbeats, a candidate's vote requests. Write
 //     HardState, new entries and an incoming snapshot into a batch that
-//     the round's ranges share.
+//     the round's ranges share. A HardState whose commit index alone
+//     changed is not written (etcd raft never asks to sync it): the
+//     stored commit index may lag, and loading raises it to the applied
+//     index, which only committed entries reach.
 //  2. Commit that batch once, synced if any range's Ready.MustSync (or a
 //     snapshot) asks for it: one sync for many ranges (group commit).
 //  3. For each range: send the messages that promise durable state

@@ -167,12 +167,20 @@ func (r *Replica) prepareReady(wb *storage.Batch) *pendingReady {
 	if err := appendEntries(wb, r.cfg.RangeID, rd.Entries, r.lastIndex); err != nil {
 		panic(fmt.Sprintf("replica r%d: %v", r.cfg.RangeID, err))
 	}
-	if !raft.IsEmptyHardState(rd.HardState) {
-		hb, err := rd.HardState.Marshal()
+	// The HardState is written when its term or vote changed (or with a
+	// snapshot), not when only its commit index moved: that one is never
+	// synced by etcd raft's rules (MustSync ignores it), so a restart may
+	// find it behind anyway, and loadState raises it to the applied
+	// index. A range with one command per Ready (many ranges, few
+	// commands each) saved one engine write per replica and command.
+	if hs := rd.HardState; !raft.IsEmptyHardState(hs) &&
+		(hs.Term != r.hardDurable.Term || hs.Vote != r.hardDurable.Vote || !raft.IsEmptySnap(rd.Snapshot)) {
+		hb, err := hs.Marshal()
 		if err != nil {
 			panic(err)
 		}
 		_ = wb.Set(storage.RangeLocalKey(r.cfg.RangeID, storage.SuffixHardState), hb)
+		r.hardDurable = hs
 	}
 	p.wrote = wb.Len() > before
 	p.sync = p.sync || (p.wrote && rd.MustSync)

@@ -392,6 +392,9 @@ type Replica struct {
 	appliedTerm uint64 // the term of the entry at applied
 	truncIndex  uint64
 	lastIndex   uint64
+	// hardDurable is the HardState last written to the engine, less its
+	// commit index when only that changed since (prepareReady).
+	hardDurable raftpb.HardState
 	// pendingConfIndex is the index of the last configuration change
 	// appended to the log (0: none yet). Raft silently turns a conf change
 	// into an empty entry while an earlier one is not applied, so none is
@@ -465,6 +468,7 @@ func New(cfg Config) (*Replica, error) {
 	r.confState = ps.conf
 	r.applied = ps.applied
 	r.appliedTerm = ps.appliedTerm
+	r.hardDurable = ps.hard
 	r.truncIndex = ps.truncIndex
 	r.lastIndex, _ = ms.LastIndex()
 	rn, err := raft.NewRawNode(&raft.Config{

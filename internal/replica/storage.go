@@ -136,6 +136,11 @@ func loadState(eng storage.Reader, rangeID uint64) (persistedState, error) {
 			return ps, err
 		}
 	}
+	// A HardState whose commit index alone changed is not written
+	// (prepareReady), so the stored commit index may lag: every applied
+	// entry was committed, so the commit index is at least the applied
+	// one (and etcd raft refuses to start with applied above commit).
+	ps.hard.Commit = max(ps.hard.Commit, ps.applied)
 	if v, e := get(storage.SuffixTruncated); e != nil {
 		return ps, e
 	} else if v != nil {
