@@ -315,6 +315,11 @@ type Point struct {
 	Seconds float64
 	// Mean and P99 latency of a committed transaction, retries included.
 	Mean, P99 time.Duration
+	// MeanBefore, MeanBody and MeanCommit split Mean at the committed
+	// attempt's body: begin and any aborted attempts (with their
+	// backoff); the body (8 reads, each followed by a write the protocol
+	// buffers or sends); the commit.
+	MeanBefore, MeanBody, MeanCommit time.Duration
 	// AbortedAttempts: attempts that aborted and were retried, of the
 	// transactions committed in the window.
 	AbortedAttempts int64
@@ -440,14 +445,22 @@ func (o objects) pick(rng *rand.Rand) int {
 // node, in a random order, read then write one uniformly chosen object
 // there.
 func Txn(ctx context.Context, db *client.DB, k Keyspace, rng *rand.Rand) error {
-	_, err := txnOf(ctx, db, k, allObjects(k.PerNode()), rng, false)
+	_, _, err := txnOf(ctx, db, k, allObjects(k.PerNode()), rng, false)
 	return err
+}
+
+// phases splits a transaction's latency at its committed attempt's body:
+// before it (begin, and any aborted attempts with their backoff), the body
+// (the reads; the writes are buffered or sent as the protocol does), and
+// after it (the commit). They add up to the latency.
+type phases struct {
+	before, body, commit time.Duration
 }
 
 // txnOf runs one transaction, local or distributed, with objects chosen by
 // from, and returns how many times its body ran (attempts: 1 plus the
-// retries).
-func txnOf(ctx context.Context, db *client.DB, k Keyspace, from objects, rng *rand.Rand, local bool) (int, error) {
+// retries) and where its time went.
+func txnOf(ctx context.Context, db *client.DB, k Keyspace, from objects, rng *rand.Rand, local bool) (int, phases, error) {
 	var nodes, objs []int
 	if local {
 		// UpdatesPerTxn distinct objects of one node.
@@ -467,8 +480,12 @@ func txnOf(ctx context.Context, db *client.DB, k Keyspace, from objects, rng *ra
 		}
 	}
 	attempts := 0
+	t0 := time.Now()
+	var bodyStart, bodyEnd time.Time
 	err := db.Txn(ctx, func(ctx context.Context, txn *client.Txn) error {
 		attempts++
+		bodyStart = time.Now()
+		defer func() { bodyEnd = time.Now() }()
 		for i, n := range nodes {
 			key := k.Key(n, objs[i])
 			v, _, err := txn.Get(ctx, key)
@@ -484,12 +501,15 @@ func txnOf(ctx context.Context, db *client.DB, k Keyspace, from objects, rng *ra
 		}
 		return nil
 	})
-	return attempts, err
+	end := time.Now()
+	return attempts, phases{before: bodyStart.Sub(t0), body: bodyEnd.Sub(bodyStart), commit: end.Sub(bodyEnd)}, err
 }
 
 // classStats is what one class of transaction recorded in a point.
 type classStats struct {
-	lats    []time.Duration
+	lats []time.Duration
+	// phases sums the phases of the transactions of lats.
+	phases  phases
 	retries int64
 	// failed counts the class's transactions that gave up (any time,
 	// warm-up included, without mu).
@@ -540,7 +560,7 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 				if r.Disjoint {
 					from.client, from.clients = c, clients
 				}
-				attempts, err := txnOf(runCtx, db, r.Keys, from, rng, isLocal)
+				attempts, ph, err := txnOf(runCtx, db, r.Keys, from, rng, isLocal)
 				if runCtx.Err() != nil {
 					return // cut by the end of the point: not counted
 				}
@@ -561,6 +581,9 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 					d := time.Since(start)
 					mu.Lock()
 					cs.lats = append(cs.lats, d)
+					cs.phases.before += ph.before
+					cs.phases.body += ph.body
+					cs.phases.commit += ph.commit
 					cs.retries += int64(attempts - 1)
 					mu.Unlock()
 				}
@@ -620,6 +643,9 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 			Failed: c.cs.failed.Load(), AbortedAttempts: c.cs.retries, OneWayMs: float64(r.Delayer.oneWayNs.Load()) / 1e6,
 			RPCsPerTxn: rpcs, ProtocolMessagesPerTxn: msgs, ProtocolStepsPerTxn: steps, Think: r.Think, CPU: cpu, ClientDelay: clientDelay}
 		p.Mean, p.P99 = meanP99(c.cs.lats)
+		if n := time.Duration(len(c.cs.lats)); n > 0 {
+			p.MeanBefore, p.MeanBody, p.MeanCommit = c.cs.phases.before/n, c.cs.phases.body/n, c.cs.phases.commit/n
+		}
 		out = append(out, p)
 	}
 	return out, nil

@@ -42,6 +42,8 @@ func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 const PointTableLegend = `share: the point's fraction of distributed transactions (1: all, the thesis's workload); class: the row's
 transactions, distributed (one object on each of 8 nodes) or local (8 objects of one node); round: repetition of the run's points;
 txn/s: committed transactions of the class per second; mean, p99: latency of a committed transaction, retries included;
+before/body/commit: the mean split at the committed attempt's body (begin and aborted attempts; the 8 reads, each followed by
+its write; the commit);
 aborted: attempts that aborted and were retried, per committed transaction; failed: transactions that gave up;
 rpcs: client RPCs per committed transaction of the point (both classes; reads, prepare/commit, status, oracle, cleanup), counted
 by the client's interceptor; msgs, steps: the commit protocol's messages and communication steps per committed transaction of the
@@ -57,7 +59,7 @@ measured window (both classes).`
 // WritePointTable prints the points.
 func WritePointTable(w io.Writer, points []Point) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tclients\tshare\tclass\tround\ttxn/s\tmean ms\tp99 ms\taborted\tfailed\trpcs\tmsgs\tsteps\tformula steps/msgs\tfenced s\tresent/forgot\tdelay ms\tcpu\t")
+	fmt.Fprintln(tw, "system\tclients\tshare\tclass\tround\ttxn/s\tmean ms\tp99 ms\tbefore/body/commit ms\taborted\tfailed\trpcs\tmsgs\tsteps\tformula steps/msgs\tfenced s\tresent/forgot\tdelay ms\tcpu\t")
 	for _, p := range points {
 		msgs, steps := "-", "-"
 		if p.ProtocolMessagesPerTxn > 0 {
@@ -78,11 +80,12 @@ func WritePointTable(w io.Writer, points []Point) {
 			aborted = float64(p.AbortedAttempts) / float64(p.Txns)
 		}
 		mean, p99 := fmt.Sprintf("%.1f", Ms(p.Mean)), fmt.Sprintf("%.1f", Ms(p.P99))
+		split := fmt.Sprintf("%.1f/%.1f/%.1f", Ms(p.MeanBefore), Ms(p.MeanBody), Ms(p.MeanCommit))
 		if p.Txns == 0 {
-			mean, p99 = "-", "-"
+			mean, p99, split = "-", "-", "-"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%d\t%.1f\t%s\t%s\t%.3f\t%d\t%.1f\t%s\t%s\t%s\t%.1f\t%d/%d\t%s\t%.2f\t\n", p.System, p.Clients, p.Share, p.Class, p.Round,
-			p.Throughput(), mean, p99, aborted, p.Failed, p.RPCsPerTxn, msgs, steps, formula, p.Fenced.Seconds(), p.Resent, p.Forgotten, p.delays(), p.CPU)
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%d\t%.1f\t%s\t%s\t%s\t%.3f\t%d\t%.1f\t%s\t%s\t%s\t%.1f\t%d/%d\t%s\t%.2f\t\n", p.System, p.Clients, p.Share, p.Class, p.Round,
+			p.Throughput(), mean, p99, split, aborted, p.Failed, p.RPCsPerTxn, msgs, steps, formula, p.Fenced.Seconds(), p.Resent, p.Forgotten, p.delays(), p.CPU)
 	}
 	_ = tw.Flush()
 }
@@ -212,7 +215,7 @@ func WriteShareRatios(w io.Writer, rs []ShareRatio, tolerance float64) {
 }
 
 var csvHeader = []string{"system", "batch", "clients", "distributed_share", "class", "round", "txns", "seconds", "txn_per_s", "mean_ms", "p99_ms",
-	"aborted_attempts", "failed", "rpcs_per_txn", "protocol_messages_per_txn", "protocol_steps_per_txn", "one_way_delay_ms", "fenced_s", "resent", "forgotten", "objects", "think_ms", "cpu_cores", "client_delay_ms", "link_delay_ms", "machine"}
+	"aborted_attempts", "failed", "rpcs_per_txn", "protocol_messages_per_txn", "protocol_steps_per_txn", "one_way_delay_ms", "fenced_s", "resent", "forgotten", "objects", "think_ms", "cpu_cores", "client_delay_ms", "link_delay_ms", "mean_before_ms", "mean_body_ms", "mean_commit_ms", "machine"}
 
 // WriteCSV writes the points, each row naming the machine.
 func WriteCSV(path, machine string, points []Point) error {
@@ -232,7 +235,8 @@ func WriteCSV(path, machine string, points []Point) error {
 			fmt.Sprintf("%.2f", p.Throughput()), fmt.Sprintf("%.3f", Ms(p.Mean)), fmt.Sprintf("%.3f", Ms(p.P99)),
 			strconv.FormatInt(p.AbortedAttempts, 10), strconv.FormatInt(p.Failed, 10), fmt.Sprintf("%.2f", p.RPCsPerTxn),
 			fmt.Sprintf("%.2f", p.ProtocolMessagesPerTxn), fmt.Sprintf("%.3f", p.ProtocolStepsPerTxn), fmt.Sprintf("%.3f", p.OneWayMs), fmt.Sprintf("%.1f", p.Fenced.Seconds()),
-			strconv.FormatInt(p.Resent, 10), strconv.FormatInt(p.Forgotten, 10), p.objectsName(), fmt.Sprintf("%.3f", Ms(p.Think)), fmt.Sprintf("%.3f", p.CPU), fmt.Sprintf("%.3f", Ms(p.ClientDelay)), fmt.Sprintf("%.3f", Ms(p.LinkDelay)), machine})
+			strconv.FormatInt(p.Resent, 10), strconv.FormatInt(p.Forgotten, 10), p.objectsName(), fmt.Sprintf("%.3f", Ms(p.Think)), fmt.Sprintf("%.3f", p.CPU), fmt.Sprintf("%.3f", Ms(p.ClientDelay)), fmt.Sprintf("%.3f", Ms(p.LinkDelay)),
+			fmt.Sprintf("%.3f", Ms(p.MeanBefore)), fmt.Sprintf("%.3f", Ms(p.MeanBody)), fmt.Sprintf("%.3f", Ms(p.MeanCommit)), machine})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
