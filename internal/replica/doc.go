@@ -77,10 +77,15 @@
 // stopped and fails its waiters, and a stopped replica is not touched
 // again.
 //
-// Commands are evaluated when applied, identically on every replica (state
-// machine replication): the StateMachine must be deterministic: no clock,
-// no randomness, no state but the engine. The proposer learns its result
-// from its own replica's application.
+// Every replica applies the same entries through the StateMachine, which
+// must be deterministic: no clock, no randomness, no state but the engine
+// (state machine replication). What an entry holds is the caller's
+// business: kvserver evaluates requests at the leaseholder before it
+// proposes them, so most entries carry the writes to apply (checked at
+// apply against the term and the range generation they were evaluated
+// under), while splits, meta records, the oracle's bound and GC are still
+// evaluated when applied. The proposer learns the result from its own
+// replica's application.
 //
 // A proposal's outcome is one of: applied (result returned), dropped
 // (ErrProposalDropped: definitely never applied, safe to retry), or

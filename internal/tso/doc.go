@@ -24,10 +24,13 @@
 //  3. Call Allocate only on the leaseholder, with count = the number of
 //     timestamps a client batch asked for (clients batch their requests;
 //     concurrent Allocates that need a new bound share one persist).
-//  4. After Allocate returns and before replying, confirm leadership with
+//  4. After Allocate returns and before replying, confirm leadership in
+//     the term of the window: by a valid leader lease (no newer leader
+//     can be elected while it runs; kvserver's allocateLocal and the
+//     replica package's leaderLease, with its clock assumption), else by
 //     Raft ReadIndex (a round of heartbeats acknowledged by a majority in
-//     the current term). If it fails, drop the timestamps and return an
-//     unavailable error; the client retries at the new leader.
+//     the current term). If neither confirms, drop the timestamps and
+//     return an unavailable error; the client retries at the new leader.
 //
 // # Why timestamps strictly increase across leaders (I4)
 //
@@ -56,7 +59,8 @@
 // timestamp from its old window (below L) after the new leader handed out
 // one above L. Step 4 closes that hole. A deposed leader's ReadIndex fails
 // once a majority has moved to a newer term, and the new leader was elected
-// by such a majority before it could load L. So a timestamp of the old
+// by such a majority before it could load L; its lease has expired before
+// any newer leader can be elected. So a timestamp of the old
 // leader that reaches a client was allocated before its confirmation,
 // hence before the new leader's load, hence it is below L and below every
 // timestamp of the new leader: strict increase holds in real time across

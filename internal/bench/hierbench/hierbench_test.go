@@ -82,13 +82,14 @@ func TestSystems(t *testing.T) {
 // TestReport: the table, the CSV and the PNG of two points.
 func TestReport(t *testing.T) {
 	ps := []Point{
-		{System: "2pc-locking", Clients: 1, Txns: 100, Seconds: 10, Mean: 50 * time.Millisecond, P99: 90 * time.Millisecond, RPCsPerTxn: 27, ProtocolMessagesPerTxn: 32, ProtocolStepsPerTxn: 4},
+		{System: "2pc-locking", Clients: 1, Txns: 100, Seconds: 10, Mean: 50 * time.Millisecond, P99: 90 * time.Millisecond, RPCsPerTxn: 27, ProtocolMessagesPerTxn: 32, ProtocolStepsPerTxn: 4,
+			MeanBefore: 5 * time.Millisecond, MeanBody: 25 * time.Millisecond, MeanCommit: 20 * time.Millisecond},
 		{System: "default", Clients: 1, Txns: 80, Seconds: 10, Mean: 60 * time.Millisecond, P99: 95 * time.Millisecond, RPCsPerTxn: 45},
 	}
 	var b bytes.Buffer
 	WritePointTable(&b, ps)
 	out := b.String()
-	for _, want := range []string{"10.0", "32.0", "4.00 / 32.00", "default"} {
+	for _, want := range []string{"10.0", "32.0", "4.00 / 32.00", "default", "5.0/25.0/20.0", "before/body/commit ms"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -100,6 +101,9 @@ func TestReport(t *testing.T) {
 	csv, _ := os.ReadFile(filepath.Join(dir, "h.csv"))
 	if got := strings.Count(string(csv), "\n"); got != 3 {
 		t.Errorf("CSV has %d lines, want 3:\n%s", got, csv)
+	}
+	if !strings.Contains(string(csv), ",5.000,25.000,20.000,m\n") {
+		t.Errorf("CSV lacks the latency split of the first point:\n%s", csv)
 	}
 	for _, a := range []Axis{AxisClients, AxisBatch, AxisShare} {
 		if err := WritePlot(filepath.Join(dir, "h.png"), "t", "m", ps, a); err != nil {
