@@ -141,9 +141,9 @@ func TestClusterPutGetSplit(t *testing.T) {
 	}
 }
 
-// TestOracleServesByLease (issue 7, item 5): a write's timestamp costs
-// no ReadIndex round on range 1 while the oracle's host holds a valid
-// lease; ReadIndex is only the fallback. The bound (fewer rounds than
+// TestOracleServesByLease (issue 7, item 5): a write's timestamp, and a
+// range lookup, cost no ReadIndex round on range 1 while its leader holds
+// a valid lease; ReadIndex is only the fallback. The bound (fewer rounds than
 // half the puts) leaves room for a lease that lapses on a loaded machine.
 func TestOracleServesByLease(t *testing.T) {
 	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir()})
@@ -192,6 +192,21 @@ func TestOracleServesByLease(t *testing.T) {
 	t.Logf("%d puts, %d ReadIndex rounds on range 1", puts, n)
 	if n >= puts/2 {
 		t.Fatalf("%d puts cost %d ReadIndex rounds on range 1: the oracle did not serve by its lease", puts, n)
+	}
+	// Range lookups read range 1's meta records by the lease too.
+	before = oracleRounds()
+	for i := range puts {
+		for _, a := range c.Addrs() {
+			k := keys.UserKey([]byte(fmt.Sprint("lookup", i)))
+			if lk, err := rc.conns[a].RangeLookup(ctx, &rpcpb.RangeLookupRequest{Key: k}); err != nil || lk.Error != nil {
+				t.Fatalf("lookup at %s: %v %v", a, err, lk.GetError())
+			}
+		}
+	}
+	n = oracleRounds() - before
+	t.Logf("%d lookups, %d ReadIndex rounds on range 1", 3*puts, n)
+	if n >= 3*puts/2 {
+		t.Fatalf("%d range lookups cost %d ReadIndex rounds on range 1: meta was not read by the lease", 3*puts, n)
 	}
 }
 

@@ -138,20 +138,38 @@ func (n *Node) r1Leader() uint64 {
 	return 0
 }
 
+// lookupMetaLocal reads the descriptor of the range containing key at
+// this node, which must lead range 1: by its lease if that is valid
+// before and after the read (as readOnce serves a read), else after a
+// ReadIndex round. Before, every lookup cost a ReadIndex round.
 func (n *Node) lookupMetaLocal(ctx context.Context, key []byte) (*rpcpb.RangeDescriptor, *rpcpb.Error) {
 	rr := n.replica(OracleRangeID)
 	if rr == nil {
 		return nil, pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "node n%d has no replica of range 1 (meta)", n.NodeID())
 	}
-	if !rr.r.Status().IsLeader {
+	st := rr.r.Status()
+	if !st.IsLeader {
 		return nil, n.notLeaseholder(rr)
 	}
-	if err := rr.r.ReadIndex(ctx); err != nil {
-		return nil, n.proposeErr(rr, err)
-	}
-	kvs, _, err := mvcc.ScanPlain(n.eng, keys.MetaLookupKey(key), keys.MetaEnd, 1)
-	if err != nil {
-		return nil, pbErr(rpcpb.ErrorCode_INTERNAL, "meta scan: %v", err)
+	byLease := st.LeaseValid(rr.r.Now())
+	var kvs []mvcc.KV
+	for {
+		if !byLease {
+			if err := rr.r.ReadIndex(ctx); err != nil {
+				return nil, n.proposeErr(rr, err)
+			}
+		}
+		var err error
+		kvs, _, err = mvcc.ScanPlain(n.eng, keys.MetaLookupKey(key), keys.MetaEnd, 1)
+		if err != nil {
+			return nil, pbErr(rpcpb.ErrorCode_INTERNAL, "meta scan: %v", err)
+		}
+		// The lease must still hold after the read: then no other leader
+		// existed when it was made.
+		if !byLease || rr.r.ReadByLease(st.Term) {
+			break
+		}
+		byLease = false
 	}
 	if len(kvs) == 0 {
 		return nil, pbErr(rpcpb.ErrorCode_INTERNAL, "no meta record covers key %q", key)
