@@ -25,10 +25,8 @@ import (
 //     transaction first, or it is older than HierarchyTxnAgeMax) is what
 //     is sent instead, from then on (overrides);
 //  3. messages are routed; decisions for this node's leaf wake the
-//     answering Commit and resolve the part's intents in the background
-//     (resolve): a part touching a key still being resolved waits for the
-//     resolution (l.carry), so that it finds the key resolved, and no
-//     later input overtakes it;
+//     answering Commit and resolve the part's intents (synchronously, so
+//     that the next part on those keys finds them resolved);
 //  4. lookups read the status table for overdue parts, and abort those
 //     older than HierarchyTxnAgeMax.
 type hierLoop struct {
@@ -45,16 +43,8 @@ type hierLoop struct {
 	// transaction, for their resolution.
 	parts map[hierarchy.TxnID][][]byte
 	// carry is an input taken from the inbox that waits for the next
-	// round (round), and for the resolutions of its keys (blocked).
+	// round (round).
 	carry *hierInput
-	// resolving (leaf): the written keys of decided parts whose intents
-	// are being resolved in the background, with how many resolutions
-	// each waits for. resolveSlots bounds the resolutions in flight
-	// (hierResolvesMax); resolved hands the loop the keys of those that
-	// ended.
-	resolving    map[string]int
-	resolveSlots chan struct{}
-	resolved     resolvedQueue
 	// acc is what the parts' Readies (proposePart) left for carryOut, once
 	// finishParts has written their intents under their latches.
 	acc hierarchy.Ready
@@ -66,37 +56,6 @@ type hierLoop struct {
 	overrides     map[hierarchy.TxnID]hierarchy.Decision
 	overrideOrder []hierarchy.TxnID
 }
-
-// resolvedQueue is where background resolutions hand their keys back to
-// the loop: unbounded, so that a resolution never waits for the loop.
-type resolvedQueue struct {
-	mu   sync.Mutex
-	keys [][][]byte
-	// ready has a value when keys may be non-empty.
-	ready chan struct{}
-}
-
-func (q *resolvedQueue) push(ks [][]byte) {
-	q.mu.Lock()
-	q.keys = append(q.keys, ks)
-	q.mu.Unlock()
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
-
-func (q *resolvedQueue) take() [][][]byte {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	ks := q.keys
-	q.keys = nil
-	return ks
-}
-
-// hierResolvesMax bounds a leaf's background resolutions (one per decided
-// transaction) in flight; the loop waits for a slot.
-const hierResolvesMax = 1024
 
 type hierInput struct {
 	part    *hierPartIn
@@ -119,9 +78,7 @@ func (rt *hierRuntime) newLoop(id hierarchy.ValidatorID) (*hierLoop, error) {
 	}
 	l := &hierLoop{rt: rt, id: id, leaf: rt.tree.IsLeaf(id), in: make(chan hierInput, hierInboxMax),
 		quit: make(chan struct{}), done: make(chan struct{}), v: v,
-		parts: map[hierarchy.TxnID][][]byte{}, overrides: map[hierarchy.TxnID]hierarchy.Decision{},
-		resolving: map[string]int{}, resolveSlots: make(chan struct{}, hierResolvesMax),
-		resolved: resolvedQueue{ready: make(chan struct{}, 1)}}
+		parts: map[hierarchy.TxnID][][]byte{}, overrides: map[hierarchy.TxnID]hierarchy.Decision{}}
 	v.Tick(rt.now())
 	go l.run()
 	return l, nil
@@ -190,24 +147,16 @@ func (l *hierLoop) run() {
 		} else {
 			timer.Reset(time.Hour)
 		}
-		if l.carry != nil && !l.blocked(l.carry) {
+		if l.carry != nil {
 			in := *l.carry
 			l.carry = nil
 			l.round(in)
 		} else {
-			// A carried input waits for its keys' resolutions, and no
-			// later input overtakes it.
-			in := l.in
-			if l.carry != nil {
-				in = nil
-			}
 			select {
 			case <-l.quit:
 				return
-			case in := <-in:
+			case in := <-l.in:
 				l.round(in)
-			case <-l.resolved.ready:
-				l.unresolve()
 			case <-timer.C:
 			}
 		}
@@ -247,9 +196,6 @@ func (l *hierLoop) round(first hierInput) {
 	// whole stretch, so a new part looked overdue at once (its vote
 	// resent, the root's entry forgotten).
 	l.v.Tick(l.rt.now())
-	if len(l.resolving) > 0 {
-		l.unresolve()
-	}
 	var inputs []hierInput
 	latched := map[string]bool{}
 	parts := 0
@@ -257,7 +203,7 @@ func (l *hierLoop) round(first hierInput) {
 		if in.part != nil {
 			ks := partKeys(in.part.req)
 			for _, k := range ks {
-				if latched[string(k)] || l.resolving[string(k)] > 0 {
+				if latched[string(k)] {
 					l.carry = &in
 					return false
 				}
@@ -497,14 +443,13 @@ func (l *hierLoop) patch(rd *hierarchy.Ready) {
 
 // resolve ends this node's parts: the answering Commit learns the
 // decision, and the parts' intents are resolved (committed at the
-// decision's timestamp, or removed), each transaction's in the
-// background. Until a resolution ends its keys are in l.resolving, and a
-// part touching one waits (round, blocked), so that the next part on
-// those keys finds them resolved; while it waits, the loop takes no other
-// input, so none overtakes it. Only such a part waits now. (The loop used to
-// wait for every resolution of a round before its next input: a Raft
-// round on each part's ranges that every later part waited behind.)
+// decision's timestamp, or removed), the transactions in parallel; the
+// loop waits for them, so that the next part on those keys finds them
+// resolved.
 func (l *hierLoop) resolve(ds []hierarchy.Decision) {
+	ctx, cancel := context.WithTimeout(l.rt.n.stopCtx, l.rt.n.cfg.RequestTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
 	for _, d := range ds {
 		l.rt.notify(d)
 		ks := l.parts[d.Txn]
@@ -516,53 +461,16 @@ func (l *hierLoop) resolve(ds []hierarchy.Decision) {
 		if d.Commit {
 			commitTs = d.TS
 		}
-		select {
-		case l.resolveSlots <- struct{}{}:
-		case <-l.quit:
-			return
-		}
-		for _, k := range ks {
-			l.resolving[string(k)]++
-		}
+		wg.Add(1)
 		go func() {
-			ctx, cancel := context.WithTimeout(l.rt.n.stopCtx, l.rt.n.cfg.RequestTimeout)
-			err := l.rt.db.ResolveTxnIntents(ctx, uint64(d.Txn), commitTs, ks)
-			cancel()
-			if err != nil {
+			defer wg.Done()
+			if err := l.rt.db.ResolveTxnIntents(ctx, uint64(d.Txn), commitTs, ks); err != nil {
 				// Readers resolve them by the status table meanwhile.
 				l.rt.n.log.Warn("hierarchy: resolving intents failed", "txn", d.Txn, "err", err)
 			}
-			<-l.resolveSlots
-			l.resolved.push(ks)
 		}()
 	}
-}
-
-// unresolve takes the keys of the resolutions that ended out of
-// l.resolving.
-func (l *hierLoop) unresolve() {
-	for _, ks := range l.resolved.take() {
-		for _, k := range ks {
-			if l.resolving[string(k)]--; l.resolving[string(k)] <= 0 {
-				delete(l.resolving, string(k))
-			}
-		}
-	}
-}
-
-// blocked reports whether in is a part with a key still being resolved.
-// It takes the resolutions that ended first.
-func (l *hierLoop) blocked(in *hierInput) bool {
-	if in.part == nil || len(l.resolving) == 0 {
-		return false
-	}
-	l.unresolve()
-	for _, k := range partKeys(in.part.req) {
-		if l.resolving[string(k)] > 0 {
-			return true
-		}
-	}
-	return false
+	wg.Wait()
 }
 
 // lookup reads the status table for overdue parts: a decided one is

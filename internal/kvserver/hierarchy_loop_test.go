@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/canopy-db/canopy/internal/hierarchy"
-	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 )
 
 // TestWithoutUndecidedForgetsOrder: withoutUndecided forgets the undecided
@@ -48,48 +47,5 @@ func TestWithoutUndecidedForgetsOrder(t *testing.T) {
 	check("after 1000 failed persists", 1, 3, 2)
 	if d := l.overrides[2]; !d.Commit || d.TS != 20 {
 		t.Fatalf("override of 2 = %+v", d)
-	}
-}
-
-// TestResolvingBlocksParts: a part touching a key whose intents a
-// background resolution has not finished with waits (blocked) until every
-// resolution of that key has ended; other keys and messages never wait.
-func TestResolvingBlocksParts(t *testing.T) {
-	l := &hierLoop{resolving: map[string]int{}, resolved: resolvedQueue{ready: make(chan struct{}, 1)}}
-	part := func(reads, writes string) *hierInput {
-		req := &rpcpb.HierCommitRequest{}
-		if reads != "" {
-			req.Reads = [][]byte{[]byte(reads)}
-		}
-		if writes != "" {
-			req.Writes = []*rpcpb.HierWrite{{Key: []byte(writes)}}
-		}
-		return &hierInput{part: &hierPartIn{req: req}}
-	}
-	msg := &hierInput{msg: &hierarchy.Message{}}
-	if l.blocked(part("a", "")) || l.blocked(msg) {
-		t.Fatal("blocked with nothing being resolved")
-	}
-	// Two resolutions of a (two decided transactions wrote it), one of b.
-	l.resolving["a"], l.resolving["b"] = 2, 1
-	for _, c := range []struct {
-		in   *hierInput
-		want bool
-	}{{part("a", ""), true}, {part("", "b"), true}, {part("c", "d"), false}, {msg, false}} {
-		if got := l.blocked(c.in); got != c.want {
-			t.Fatalf("blocked(%v) = %v, want %v", c.in.part, got, c.want)
-		}
-	}
-	l.resolved.push([][]byte{[]byte("a"), []byte("b")})
-	if !l.blocked(part("a", "")) {
-		t.Fatal("a unblocked while one of its two resolutions runs")
-	}
-	if l.blocked(part("", "b")) {
-		t.Fatal("b still blocked after its resolution ended")
-	}
-	l.resolved.push([][]byte{[]byte("a")})
-	<-l.resolved.ready // the loop's wake-up
-	if l.blocked(part("a", "")) || len(l.resolving) != 0 {
-		t.Fatalf("after every resolution ended: resolving = %v", l.resolving)
 	}
 }
