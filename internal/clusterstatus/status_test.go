@@ -114,3 +114,32 @@ func TestLeasePlacementApplied(t *testing.T) {
 		}
 	}
 }
+
+// TestHierarchyLine: canopy status shows the validator tree, where each
+// inner validator runs (the lowest-ID live node below it) and the
+// batching; a cluster without a hierarchy protocol shows none.
+func TestHierarchyLine(t *testing.T) {
+	r := &Report{Settings: &rpcpb.ClusterSettings{CommitProtocol: "hierarchy-locking", Hierarchy: &rpcpb.HierarchySettings{
+		Variant: "locking", Tree: "((1 2) (3 4))", ValidatorBatchSize: 10, ValidatorBatchTimeoutUs: 1000, NodeBatchSize: 50, NodeBatchTimeoutUs: 2000}}}
+	for id := uint64(1); id <= 4; id++ {
+		n := Node{Desc: &rpcpb.NodeDescriptor{NodeId: id}}
+		if id != 1 {
+			n.Status = &rpcpb.NodeStatusResponse{}
+		} else {
+			n.Err = errors.New("down")
+		}
+		r.Nodes = append(r.Nodes, n)
+	}
+	want := "validator tree ((1 2) (3 4)), inner validators v0@n2 v1@n2 v2@n3; batches: votes 10 per message or 1000µs, decisions 50 per message or 2000µs"
+	if got := r.HierarchyLine(); got != want {
+		t.Fatalf("line:\n got %q\nwant %q", got, want)
+	}
+	j := r.JSON(func(err error) string { return err.Error() })
+	if j.Hierarchy == nil || j.Hierarchy.Tree != "((1 2) (3 4))" || fmt.Sprint(j.Hierarchy.InnerHosts) != "[v0@n2 v1@n2 v2@n3]" {
+		t.Fatalf("JSON hierarchy %+v", j.Hierarchy)
+	}
+	none := &Report{Settings: &rpcpb.ClusterSettings{CommitProtocol: "default"}}
+	if none.HierarchyLine() != "" || none.Hierarchy() != nil {
+		t.Fatalf("a cluster without a hierarchy protocol shows %q", none.HierarchyLine())
+	}
+}
