@@ -83,7 +83,8 @@
 // business: kvserver evaluates requests at the leaseholder before it
 // proposes them, so most entries carry the writes to apply (checked at
 // apply against the term and the range generation they were evaluated
-// under), while splits, meta records, the oracle's bound and GC are still
+// under), while splits, meta records, the oracle's bound, GC and range 1's
+// other administrative commands (range IDs, membership) are still
 // evaluated when applied. The proposer learns the result from its own
 // replica's application.
 //

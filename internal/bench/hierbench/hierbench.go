@@ -452,7 +452,8 @@ func Txn(ctx context.Context, db *client.DB, k Keyspace, rng *rand.Rand) error {
 // phases splits a transaction's latency at its committed attempt's body:
 // before it (begin, and any aborted attempts with their backoff), the body
 // (the reads; the writes are buffered or sent as the protocol does), and
-// after it (the commit). They add up to the latency.
+// after it (the commit). They add up to about the latency (Run's clock
+// starts a little earlier, before the objects are chosen).
 type phases struct {
 	before, body, commit time.Duration
 }
