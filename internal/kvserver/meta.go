@@ -7,6 +7,7 @@ import (
 	"github.com/canopy-db/canopy/internal/eval"
 	"github.com/canopy-db/canopy/internal/keys"
 	"github.com/canopy-db/canopy/internal/mvcc"
+	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -147,29 +148,18 @@ func (n *Node) lookupMetaLocal(ctx context.Context, key []byte) (*rpcpb.RangeDes
 	if rr == nil {
 		return nil, pbErr(rpcpb.ErrorCode_NOT_LEASEHOLDER, "node n%d has no replica of range 1 (meta)", n.NodeID())
 	}
-	st := rr.r.Status()
-	if !st.IsLeader {
+	if !rr.r.Status().IsLeader {
 		return nil, n.notLeaseholder(rr)
 	}
-	byLease := st.LeaseValid(rr.r.Now())
 	var kvs []mvcc.KV
-	for {
-		if !byLease {
-			if err := rr.r.ReadIndex(ctx); err != nil {
-				return nil, n.proposeErr(rr, err)
-			}
-		}
+	if e := n.leaseRead(ctx, rr, func(replica.Status) (func(), *rpcpb.Error) {
 		var err error
-		kvs, _, err = mvcc.ScanPlain(n.eng, keys.MetaLookupKey(key), keys.MetaEnd, 1)
-		if err != nil {
+		if kvs, _, err = mvcc.ScanPlain(n.eng, keys.MetaLookupKey(key), keys.MetaEnd, 1); err != nil {
 			return nil, pbErr(rpcpb.ErrorCode_INTERNAL, "meta scan: %v", err)
 		}
-		// The lease must still hold after the read: then no other leader
-		// existed when it was made.
-		if !byLease || rr.r.ReadByLease(st.Term) {
-			break
-		}
-		byLease = false
+		return nil, nil
+	}); e != nil {
+		return nil, e
 	}
 	if len(kvs) == 0 {
 		return nil, pbErr(rpcpb.ErrorCode_INTERNAL, "no meta record covers key %q", key)

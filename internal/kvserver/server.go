@@ -179,42 +179,62 @@ func validateBatch(req *rpcpb.BatchRequest) *rpcpb.Error {
 // the snapshot is open), and the batch evaluates on the snapshot.
 func (n *Node) readOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
 	fail := func(e *rpcpb.Error) *rpcpb.BatchResponse { return &rpcpb.BatchResponse{Error: e} }
-	st := rr.r.Status()
-	// The replica's clock, on which it computed the lease's expiry.
-	byLease := st.LeaseValid(rr.r.Now())
-	for {
-		if !byLease {
-			if err := rr.r.ReadIndex(ctx); err != nil {
-				return fail(n.proposeErr(rr, err))
-			}
-		}
-		desc := rr.sm.Desc()
-		g, err := rr.latches.Acquire(ctx, eval.Declare(req, desc))
+	var snap *storage.Snapshot
+	e := n.leaseRead(ctx, rr, func(replica.Status) (func(), *rpcpb.Error) {
+		g, err := rr.latches.Acquire(ctx, eval.Declare(req, rr.sm.Desc()))
 		if err != nil {
-			return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err))
+			return nil, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err)
 		}
 		// Under the read latches: a hierarchy part that writes these keys
 		// either validated before this (its intent is in place and the
 		// read waits for it) or takes a timestamp above the read's
 		// (hierarchy_part.go, Observe).
 		n.raiseReadFloor(req)
-		snap := n.eng.NewSnapshot()
+		snap = n.eng.NewSnapshot()
 		rr.latches.Release(g)
-		if byLease {
-			// The lease must hold after the snapshot was taken: then no
-			// other leader existed when it was.
-			if !rr.r.ReadByLease(st.Term) {
-				snap.Close()
-				byLease = false
-				continue
+		return func() { snap.Close() }, nil
+	})
+	if e != nil {
+		return fail(e)
+	}
+	defer snap.Close()
+	gcThreshold, err := rr.sm.gcThreshold()
+	if err != nil {
+		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
+	}
+	return eval.EvalRead(eval.Context{Desc: rr.sm.Desc(), GCThreshold: gcThreshold}, snap, req)
+}
+
+// leaseRead takes a read of rr's state (take) that is current for the
+// range. It is confirmed by rr's lease when the lease is valid (on the
+// replica's clock, on which it computed the lease's expiry) before take
+// and still valid, in the same term, after it: then no other leader
+// existed when the read was taken. Otherwise take runs after a ReadIndex
+// round. take gets the replica's status as of the confirmation; if the
+// lease lapsed during take, the undo take returned (nil: nothing to give
+// back) releases what it holds, and take runs again after a ReadIndex
+// round. Reads, locking reads and range lookups share it.
+func (n *Node) leaseRead(ctx context.Context, rr *rangeReplica, take func(st replica.Status) (undo func(), e *rpcpb.Error)) *rpcpb.Error {
+	st := rr.r.Status()
+	byLease := st.LeaseValid(rr.r.Now())
+	for {
+		if !byLease {
+			if err := rr.r.ReadIndex(ctx); err != nil {
+				return n.proposeErr(rr, err)
 			}
+			st = rr.r.Status()
 		}
-		defer snap.Close()
-		gcThreshold, err := rr.sm.gcThreshold()
-		if err != nil {
-			return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
+		undo, e := take(st)
+		if e != nil {
+			return e
 		}
-		return eval.EvalRead(eval.Context{Desc: rr.sm.Desc(), GCThreshold: gcThreshold}, snap, req)
+		if !byLease || rr.r.ReadByLease(st.Term) {
+			return nil
+		}
+		if undo != nil {
+			undo()
+		}
+		byLease = false
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 	"github.com/canopy-db/canopy/internal/concurrency"
 	"github.com/canopy-db/canopy/internal/eval"
 	"github.com/canopy-db/canopy/internal/keys"
+	"github.com/canopy-db/canopy/internal/replica"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/storage"
 )
 
 // The request path of 2pc-locking at the leaseholder (docs/design-notes.md,
@@ -90,53 +92,43 @@ func validateTwoPC(req *rpcpb.BatchRequest) *rpcpb.Error {
 // lockingReadOnce serves a batch of locking reads (see above).
 func (n *Node) lockingReadOnce(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest) *rpcpb.BatchResponse {
 	fail := func(e *rpcpb.Error) *rpcpb.BatchResponse { return &rpcpb.BatchResponse{Error: e} }
-	st := rr.r.Status()
-	byLease := st.LeaseValid(rr.r.Now())
-	for {
-		if !byLease {
-			if err := rr.r.ReadIndex(ctx); err != nil {
-				return fail(n.proposeErr(rr, err))
-			}
-			st = rr.r.Status()
-			if !st.IsLeader {
-				return fail(n.notLeaseholder(rr))
-			}
+	var (
+		term uint64
+		g    *concurrency.LatchGuard
+		snap *storage.Snapshot
+	)
+	e := n.leaseRead(ctx, rr, func(st replica.Status) (func(), *rpcpb.Error) {
+		if !st.IsLeader {
+			return nil, n.notLeaseholder(rr)
 		}
-		g, err := rr.latches.Acquire(ctx, eval.Declare(req, rr.sm.Desc()))
-		if err != nil {
-			return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err))
+		var err error
+		if g, err = rr.latches.Acquire(ctx, eval.Declare(req, rr.sm.Desc())); err != nil {
+			return nil, pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err)
 		}
-		snap := n.eng.NewSnapshot()
-		if byLease {
-			if !rr.r.ReadByLease(st.Term) {
-				snap.Close()
-				rr.latches.Release(g)
-				byLease = false
-				continue
-			}
-		}
-		resp := func() *rpcpb.BatchResponse {
-			defer snap.Close()
-			defer rr.latches.Release(g)
-			gcThreshold, err := rr.sm.gcThreshold()
-			if err != nil {
-				return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
-			}
-			resp := eval.EvalRead(eval.Context{Desc: rr.sm.Desc(), GCThreshold: gcThreshold}, snap, req)
-			if resp.Error != nil {
-				return resp
-			}
-			ks := make([][]byte, len(req.Requests))
-			for i, ru := range req.Requests {
-				ks[i] = ru.GetGet().GetKey()
-			}
-			if e := rr.acquireShared(st.Term, concurrency.TxnID(req.Requests[0].GetGet().GetTxnStart()), ks); e != nil {
-				return fail(e)
-			}
-			return resp
-		}()
+		term, snap = st.Term, n.eng.NewSnapshot()
+		return func() { snap.Close(); rr.latches.Release(g) }, nil
+	})
+	if e != nil {
+		return fail(e)
+	}
+	defer snap.Close()
+	defer rr.latches.Release(g)
+	gcThreshold, err := rr.sm.gcThreshold()
+	if err != nil {
+		return fail(pbErr(rpcpb.ErrorCode_INTERNAL, "%v", err))
+	}
+	resp := eval.EvalRead(eval.Context{Desc: rr.sm.Desc(), GCThreshold: gcThreshold}, snap, req)
+	if resp.Error != nil {
 		return resp
 	}
+	ks := make([][]byte, len(req.Requests))
+	for i, ru := range req.Requests {
+		ks[i] = ru.GetGet().GetKey()
+	}
+	if e := rr.acquireShared(term, concurrency.TxnID(req.Requests[0].GetGet().GetTxnStart()), ks); e != nil {
+		return fail(e)
+	}
+	return resp
 }
 
 // acquireShared records txn's shared locks on ks in the lock table of
