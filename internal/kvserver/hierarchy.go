@@ -29,6 +29,8 @@ import (
 //     intent resolution, then status lookups);
 //   - hierarchy_part.go: a part taken by the leaf: latches, the lease
 //     check, the storage check, Propose, and the intents through Raft;
+//   - hierarchy_record.go: part records, written with a passed part's
+//     intents and read back by a restarted leaf (its Recovery);
 //   - hierarchy_link.go: the Hierarchy gRPC service (Commit from clients,
 //     Link streams between nodes) and the per-link senders.
 
@@ -108,6 +110,10 @@ type hierFence struct {
 type hierMetrics struct {
 	mu                              sync.Mutex
 	dropped, overridden, agedAborts int64
+	// recovered: parts a restarted leaf gave back to its core from their
+	// records; recoveredEnded: records it found decided, or aborted as
+	// too old (hierarchy_record.go).
+	recovered, recoveredEnded int64
 	// delayed: link batches held by an injected delay, and how long their
 	// first message was held in fact (queued to sent).
 	delayed heldDelays
@@ -537,6 +543,10 @@ type HierarchyStatus struct {
 	// table held otherwise than the deciding core made them; AgedAborts:
 	// transactions aborted for being older than HierarchyTxnAgeMax.
 	Dropped, Overridden, AgedAborts int64
+	// Recovered: parts this node's leaf recovered from its part records
+	// when it started, pending again; RecoveredEnded: records it found
+	// decided in the status table, or aborted there as too old to commit.
+	Recovered, RecoveredEnded int64
 	// DelayedBatches and DelayedHeld: validator-link batches held by an
 	// injected delay (Node.SetLinkFault), and the sum of the time their
 	// first message was in fact held, queued to sent (the realized delay,
@@ -569,6 +579,7 @@ func (n *Node) HierarchyStatus() HierarchyStatus {
 	slices.SortFunc(s.Validators, func(a, b HierarchyValidator) int { return int(a.ID) - int(b.ID) })
 	rt.metrics.mu.Lock()
 	s.Dropped, s.Overridden, s.AgedAborts = rt.metrics.dropped, rt.metrics.overridden, rt.metrics.agedAborts
+	s.Recovered, s.RecoveredEnded = rt.metrics.recovered, rt.metrics.recoveredEnded
 	rt.metrics.mu.Unlock()
 	s.DelayedBatches, s.DelayedHeld = rt.metrics.delayed.load()
 	return s

@@ -17,8 +17,8 @@ import (
 // next, in the contract's order (internal/hierarchy doc.go):
 //
 //  1. a part's intents are in place (through Raft, under the part's
-//     latches) before the leaf's vote is in a Ready's messages
-//     (hierarchy_part.go);
+//     latches), and then its part record, before the leaf's vote is in a
+//     Ready's messages (hierarchy_part.go, hierarchy_record.go);
 //  2. decisions are written to the status table (put-unless-exists,
 //     batched per status range by the node's client) before any message
 //     leaves; a decision that comes back otherwise (someone aborted the
@@ -42,6 +42,9 @@ type hierLoop struct {
 	// parts (leaf): the writes of accepted parts not yet resolved, by
 	// transaction, for their resolution.
 	parts map[hierarchy.TxnID][][]byte
+	// recorded (leaf): the pending parts that have a part record
+	// (hierarchy_record.go), forgotten when their decision is applied.
+	recorded map[hierarchy.TxnID]bool
 	// carry is an input taken from the inbox that waits for the next
 	// round (round).
 	carry *hierInput
@@ -68,17 +71,39 @@ type hierInput struct {
 func (rt *hierRuntime) newLoop(id hierarchy.ValidatorID) (*hierLoop, error) {
 	cfg := rt.cfg
 	cfg.ID = id
-	// A restarted leaf starts empty: its node's ranges are fenced
-	// (HierarchyLeaseFence) and its clock takes a fresh oracle timestamp
-	// before any part (updateFences); storage checks stand in for its
-	// latest versions (hierarchy_part.go).
-	v, err := hierarchy.New(cfg, hierarchy.Recovery{})
+	// A restarted leaf gets back its undecided parts from their records
+	// (hierarchy_record.go) and votes for them again. Its node's ranges
+	// are fenced (HierarchyLeaseFence) and its clock takes a fresh oracle
+	// timestamp before any new part (updateFences); storage checks stand
+	// in for its latest versions (hierarchy_part.go). An inner validator
+	// recovers nothing.
+	var rec hierarchy.Recovery
+	parts := map[hierarchy.TxnID][][]byte{}
+	if rt.tree.IsLeaf(id) {
+		ctx, cancel := context.WithTimeout(rt.n.stopCtx, rt.n.cfg.RequestTimeout)
+		var writes map[hierarchy.TxnID][][]byte
+		var err error
+		rec, writes, err = rt.recoverLeaf(ctx, id)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		for t, ws := range writes {
+			if len(ws) > 0 {
+				parts[t] = ws
+			}
+		}
+	}
+	v, err := hierarchy.New(cfg, rec)
 	if err != nil {
 		return nil, err
 	}
 	l := &hierLoop{rt: rt, id: id, leaf: rt.tree.IsLeaf(id), in: make(chan hierInput, hierInboxMax),
 		quit: make(chan struct{}), done: make(chan struct{}), v: v,
-		parts: map[hierarchy.TxnID][][]byte{}, overrides: map[hierarchy.TxnID]hierarchy.Decision{}}
+		parts: parts, recorded: map[hierarchy.TxnID]bool{}, overrides: map[hierarchy.TxnID]hierarchy.Decision{}}
+	for _, pr := range rec.Pending {
+		l.recorded[pr.Part.Txn] = true
+	}
 	v.Tick(rt.now())
 	go l.run()
 	return l, nil
@@ -450,8 +475,13 @@ func (l *hierLoop) resolve(ds []hierarchy.Decision) {
 	ctx, cancel := context.WithTimeout(l.rt.n.stopCtx, l.rt.n.cfg.RequestTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
+	var forget []hierarchy.TxnID
 	for _, d := range ds {
 		l.rt.notify(d)
+		if l.recorded[d.Txn] {
+			delete(l.recorded, d.Txn)
+			forget = append(forget, d.Txn)
+		}
 		ks := l.parts[d.Txn]
 		delete(l.parts, d.Txn)
 		if len(ks) == 0 {
@@ -471,6 +501,11 @@ func (l *hierLoop) resolve(ds []hierarchy.Decision) {
 		}()
 	}
 	wg.Wait()
+	if err := forgetPartRecords(l.rt.n.eng, forget); err != nil {
+		// A record left behind names a decided transaction: the next
+		// recovery resolves it again and forgets it.
+		l.rt.n.log.Warn("hierarchy: forgetting part records failed", "err", err)
+	}
 }
 
 // lookup reads the status table for overdue parts: a decided one is

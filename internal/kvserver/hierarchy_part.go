@@ -240,6 +240,7 @@ func (l *hierLoop) finishParts(pps []*preparedPart) {
 		}()
 	}
 	wg.Wait()
+	l.recordParts(pps, failures)
 	for i, pp := range pps {
 		pp.release()
 		rd := pp.rd
@@ -310,4 +311,29 @@ func (l *hierLoop) writeIntents(ctx context.Context, req *rpcpb.HierCommitReques
 	}
 	wg.Wait()
 	return first
+}
+
+// recordParts writes the part records (hierarchy_record.go) of the
+// distributed parts the leaf passed whose intents are in place, before
+// their votes leave (carryOut). A record that cannot be written only
+// costs the recovery of that part after a crash; the vote still goes.
+func (l *hierLoop) recordParts(pps []*preparedPart, failures []*rpcpb.Error) {
+	var recs []hierarchy.PartResult
+	for i, pp := range pps {
+		if !pp.passed || failures[i] != nil {
+			continue
+		}
+		for _, pr := range pp.rd.Parts {
+			if pr.Part.Txn == pp.txn && pr.OK {
+				recs = append(recs, pr)
+			}
+		}
+	}
+	if err := writePartRecords(l.rt.n.eng, recs); err != nil {
+		l.rt.n.log.Warn("hierarchy: writing part records failed", "parts", len(recs), "err", err)
+		return
+	}
+	for _, pr := range recs {
+		l.recorded[pr.Part.Txn] = true
+	}
 }

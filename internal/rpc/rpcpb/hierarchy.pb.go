@@ -600,6 +600,96 @@ func (*HierLinkAck) Descriptor() ([]byte, []int) {
 	return file_hierarchy_proto_rawDescGZIP(), []int{7}
 }
 
+// HierPartRecord is a leaf's part record: a part it passed and voted for,
+// kept in the node's local store (not replicated) from the moment the
+// part's intents are in place until its decision is applied, so that a
+// restarted leaf gives its undecided parts back to its validator
+// (hierarchy.Recovery.Pending) and votes for them again. Key:
+// kvserver.hierPartRecordKey (node-local "hier-part/" + start_ts).
+type HierPartRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	StartTs       uint64                 `protobuf:"varint,1,opt,name=start_ts,json=startTs,proto3" json:"start_ts,omitempty"` // the transaction's ID and snapshot
+	Nodes         []uint64               `protobuf:"varint,2,rep,packed,name=nodes,proto3" json:"nodes,omitempty"`             // every node of the transaction, as in the request
+	Reads         [][]byte               `protobuf:"bytes,3,rep,name=reads,proto3" json:"reads,omitempty"`                     // logical keys the part read
+	Writes        [][]byte               `protobuf:"bytes,4,rep,name=writes,proto3" json:"writes,omitempty"`                   // logical keys the part wrote (its intents)
+	Ok            bool                   `protobuf:"varint,5,opt,name=ok,proto3" json:"ok,omitempty"`                          // the leaf's vote
+	Ts            uint64                 `protobuf:"varint,6,opt,name=ts,proto3" json:"ts,omitempty"`                          // the leaf's timestamp for the part
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HierPartRecord) Reset() {
+	*x = HierPartRecord{}
+	mi := &file_hierarchy_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HierPartRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HierPartRecord) ProtoMessage() {}
+
+func (x *HierPartRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_hierarchy_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HierPartRecord.ProtoReflect.Descriptor instead.
+func (*HierPartRecord) Descriptor() ([]byte, []int) {
+	return file_hierarchy_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *HierPartRecord) GetStartTs() uint64 {
+	if x != nil {
+		return x.StartTs
+	}
+	return 0
+}
+
+func (x *HierPartRecord) GetNodes() []uint64 {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *HierPartRecord) GetReads() [][]byte {
+	if x != nil {
+		return x.Reads
+	}
+	return nil
+}
+
+func (x *HierPartRecord) GetWrites() [][]byte {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+func (x *HierPartRecord) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *HierPartRecord) GetTs() uint64 {
+	if x != nil {
+		return x.Ts
+	}
+	return 0
+}
+
 var File_hierarchy_proto protoreflect.FileDescriptor
 
 const file_hierarchy_proto_rawDesc = "" +
@@ -648,7 +738,14 @@ const file_hierarchy_proto_rawDesc = "" +
 	"fromNodeId\x12\x12\n" +
 	"\x04tree\x18\x02 \x01(\tR\x04tree\x12/\n" +
 	"\bmessages\x18\x03 \x03(\v2\x13.canopy.HierMessageR\bmessages\"\r\n" +
-	"\vHierLinkAck2\x82\x01\n" +
+	"\vHierLinkAck\"\x8f\x01\n" +
+	"\x0eHierPartRecord\x12\x19\n" +
+	"\bstart_ts\x18\x01 \x01(\x04R\astartTs\x12\x14\n" +
+	"\x05nodes\x18\x02 \x03(\x04R\x05nodes\x12\x14\n" +
+	"\x05reads\x18\x03 \x03(\fR\x05reads\x12\x16\n" +
+	"\x06writes\x18\x04 \x03(\fR\x06writes\x12\x0e\n" +
+	"\x02ok\x18\x05 \x01(\bR\x02ok\x12\x0e\n" +
+	"\x02ts\x18\x06 \x01(\x04R\x02ts2\x82\x01\n" +
 	"\tHierarchy\x12?\n" +
 	"\x06Commit\x12\x19.canopy.HierCommitRequest\x1a\x1a.canopy.HierCommitResponse\x124\n" +
 	"\x04Link\x12\x15.canopy.HierLinkBatch\x1a\x13.canopy.HierLinkAck(\x01B0Z.github.com/canopy-db/canopy/internal/rpc/rpcpbb\x06proto3"
@@ -665,7 +762,7 @@ func file_hierarchy_proto_rawDescGZIP() []byte {
 	return file_hierarchy_proto_rawDescData
 }
 
-var file_hierarchy_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_hierarchy_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_hierarchy_proto_goTypes = []any{
 	(*HierWrite)(nil),          // 0: canopy.HierWrite
 	(*HierCommitRequest)(nil),  // 1: canopy.HierCommitRequest
@@ -675,11 +772,12 @@ var file_hierarchy_proto_goTypes = []any{
 	(*HierMessage)(nil),        // 5: canopy.HierMessage
 	(*HierLinkBatch)(nil),      // 6: canopy.HierLinkBatch
 	(*HierLinkAck)(nil),        // 7: canopy.HierLinkAck
-	(*Error)(nil),              // 8: canopy.Error
+	(*HierPartRecord)(nil),     // 8: canopy.HierPartRecord
+	(*Error)(nil),              // 9: canopy.Error
 }
 var file_hierarchy_proto_depIdxs = []int32{
 	0, // 0: canopy.HierCommitRequest.writes:type_name -> canopy.HierWrite
-	8, // 1: canopy.HierCommitResponse.error:type_name -> canopy.Error
+	9, // 1: canopy.HierCommitResponse.error:type_name -> canopy.Error
 	3, // 2: canopy.HierMessage.votes:type_name -> canopy.HierVote
 	4, // 3: canopy.HierMessage.decisions:type_name -> canopy.HierDecision
 	4, // 4: canopy.HierMessage.result:type_name -> canopy.HierDecision
@@ -707,7 +805,7 @@ func file_hierarchy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hierarchy_proto_rawDesc), len(file_hierarchy_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,288 @@
+package kvserver
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/canopy-db/canopy/client"
+	"github.com/canopy-db/canopy/internal/hierarchy"
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/storage"
+)
+
+// Part records: how a restarted leaf recovers its pending set (issue 9,
+// item 6; docs/design-notes.md, "Restart: part records").
+//
+// When a leaf passes a distributed part, the node writes the part's
+// intents through Raft and, once they are applied, the part's record
+// (rpcpb.HierPartRecord: the transaction, its nodes, the keys read and
+// written, the vote and the leaf's timestamp) under a node-local key;
+// only then does the vote leave. The record goes when the decision is
+// applied (hierLoop.resolve). At start, the leaf reads the records back
+// (recoverLeaf): those the status table decides are resolved and
+// forgotten, those too old to commit are aborted there and resolved, and
+// the rest are given to the core as Recovery.Pending, which votes for
+// them again at once. So a transaction whose leaf crashed after voting
+// can still commit, instead of waiting for HierarchyTxnAgeMax and being
+// aborted by its other leaves.
+//
+// Why a record may be written without a sync of its own: its existence
+// implies its intents are in place (it is written after them), and its
+// loss only brings back what a leaf without records does (its parts end
+// by the other leaves' lookups and the age rule, under the lease fence).
+// Raft's next synced write makes it durable, a few milliseconds later,
+// and no vote is ever sent that a record contradicts: a record holds the
+// vote and timestamp the leaf sent, and nothing else.
+
+// hierPartPrefix is the node-local prefix of part records.
+var hierPartPrefix = storage.NodeLocalKey("hier-part/")
+
+// hierPartRecordKey is the record key of txn's part: the prefix and
+// start_ts (8 bytes big endian).
+func hierPartRecordKey(txn hierarchy.TxnID) []byte {
+	return binary.BigEndian.AppendUint64(bytes.Clone(hierPartPrefix), uint64(txn))
+}
+
+// partRecord is the record of a part result.
+func partRecord(pr hierarchy.PartResult) *rpcpb.HierPartRecord {
+	r := &rpcpb.HierPartRecord{StartTs: uint64(pr.Part.Txn), Ok: pr.OK, Ts: pr.TS}
+	for _, nd := range pr.Part.Nodes {
+		r.Nodes = append(r.Nodes, uint64(nd))
+	}
+	for _, k := range pr.Part.Reads {
+		r.Reads = append(r.Reads, []byte(k))
+	}
+	for _, k := range pr.Part.Writes {
+		r.Writes = append(r.Writes, []byte(k))
+	}
+	return r
+}
+
+// partResultOf inverts partRecord (the client is the transaction's
+// lowest node, as proposePart sets it).
+func partResultOf(r *rpcpb.HierPartRecord) hierarchy.PartResult {
+	p := hierarchy.Part{Txn: hierarchy.TxnID(r.GetStartTs()), Snapshot: r.GetStartTs()}
+	for _, nd := range r.GetNodes() {
+		p.Nodes = append(p.Nodes, hierarchy.NodeID(nd))
+	}
+	if len(p.Nodes) > 0 {
+		p.Client = hierarchy.ClientID(p.Nodes[0])
+	}
+	for _, k := range r.GetReads() {
+		p.Reads = append(p.Reads, string(k))
+	}
+	for _, k := range r.GetWrites() {
+		p.Writes = append(p.Writes, string(k))
+	}
+	return hierarchy.PartResult{Part: p, OK: r.GetOk(), TS: r.GetTs()}
+}
+
+// writePartRecords writes the records of parts whose intents are in
+// place, in one batch, without a sync of its own (see above).
+func writePartRecords(eng *storage.Engine, prs []hierarchy.PartResult) error {
+	if len(prs) == 0 {
+		return nil
+	}
+	b := eng.NewWriteBatch()
+	defer b.Close()
+	for _, pr := range prs {
+		v, err := proto.Marshal(partRecord(pr))
+		if err != nil {
+			return err
+		}
+		if err := b.Set(hierPartRecordKey(pr.Part.Txn), v); err != nil {
+			return err
+		}
+	}
+	return b.Commit(false)
+}
+
+// forgetPartRecords deletes the records of txns, without a sync: a
+// record that comes back after a crash names a decided transaction,
+// which recovery resolves again and forgets.
+func forgetPartRecords(eng *storage.Engine, txns []hierarchy.TxnID) error {
+	if len(txns) == 0 {
+		return nil
+	}
+	b := eng.NewWriteBatch()
+	defer b.Close()
+	for _, t := range txns {
+		if err := b.Delete(hierPartRecordKey(t)); err != nil {
+			return err
+		}
+	}
+	return b.Commit(false)
+}
+
+// loadPartRecords reads every part record of the node, in start_ts
+// order. A record that does not decode is damage (storage.ErrCorruption).
+func loadPartRecords(eng *storage.Engine) ([]hierarchy.PartResult, error) {
+	hi := bytes.Clone(hierPartPrefix)
+	hi[len(hi)-1]++
+	it, err := eng.NewIter(hierPartPrefix, hi)
+	if err != nil {
+		return nil, err
+	}
+	var out []hierarchy.PartResult
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		v, err := it.Value()
+		if err != nil {
+			_ = it.Close()
+			return nil, err
+		}
+		r := &rpcpb.HierPartRecord{}
+		if len(k) != len(hierPartPrefix)+8 || proto.Unmarshal(v, r) != nil ||
+			r.GetStartTs() != binary.BigEndian.Uint64(k[len(hierPartPrefix):]) {
+			_ = it.Close()
+			return nil, fmt.Errorf("kvserver: damaged hierarchy part record %x: %w", k, storage.ErrCorruption)
+		}
+		out = append(out, partResultOf(r))
+	}
+	return out, it.Close()
+}
+
+// recoveryPlan is what a restarted leaf does with its part records
+// (planRecovery).
+type recoveryPlan struct {
+	// pending: undecided, given back to the core (Recovery.Pending).
+	pending []hierarchy.PartResult
+	// resolve: decided in the status table; their intents are resolved
+	// and their records forgotten.
+	resolve []hierarchy.Decision
+	// abort: undecided and not to be given back (too old to commit, a
+	// vote that failed, beyond PendingMax, or a part the core would
+	// refuse); aborted in the status table, then resolved as it says.
+	abort []hierarchy.TxnID
+	// clockFloor: the highest timestamp among the records and their
+	// commit decisions (Recovery.ClockFloor's share from the records).
+	clockFloor uint64
+	// writes: each record's written keys, for the resolution.
+	writes map[hierarchy.TxnID][][]byte
+}
+
+// planRecovery sorts recs by what the status table says of them
+// (decided: start_ts -> commit_ts, 0 for aborted, as
+// client.DB.LookupTxns returns it). Pure: the caller does the I/O.
+func planRecovery(recs []hierarchy.PartResult, decided map[uint64]uint64, tooOld func(hierarchy.TxnID) bool,
+	tree *hierarchy.Tree, leaf hierarchy.ValidatorID, pendingMax int) recoveryPlan {
+	p := recoveryPlan{writes: map[hierarchy.TxnID][][]byte{}}
+	recs = slices.Clone(recs)
+	slices.SortFunc(recs, func(a, b hierarchy.PartResult) int { return cmp.Compare(a.Part.Txn, b.Part.Txn) })
+	for _, pr := range recs {
+		t := pr.Part.Txn
+		p.clockFloor = max(p.clockFloor, pr.TS)
+		ws := make([][]byte, len(pr.Part.Writes))
+		for i, k := range pr.Part.Writes {
+			ws[i] = []byte(k)
+		}
+		p.writes[t] = ws
+		if c, ok := decided[uint64(t)]; ok {
+			p.resolve = append(p.resolve, hierarchy.Decision{Txn: t, Commit: c != 0, TS: c})
+			p.clockFloor = max(p.clockFloor, c)
+			continue
+		}
+		decider, known := tree.Decider(pr.Part.Nodes)
+		if !pr.OK || tooOld(t) || !known || decider == leaf || len(p.pending) >= pendingMax {
+			p.abort = append(p.abort, t)
+			continue
+		}
+		p.pending = append(p.pending, pr)
+	}
+	return p
+}
+
+// recoverLeaf reads the node's part records back for its restarted leaf
+// (see above): it returns the Recovery to start the core with and the
+// written keys of the recovered parts. An error (the status table could
+// not be read or written) leaves every record in place; the caller tries
+// again later.
+func (rt *hierRuntime) recoverLeaf(ctx context.Context, leaf hierarchy.ValidatorID) (hierarchy.Recovery, map[hierarchy.TxnID][][]byte, error) {
+	recs, err := loadPartRecords(rt.n.eng)
+	if err != nil || len(recs) == 0 {
+		return hierarchy.Recovery{}, nil, err
+	}
+	starts := make([]uint64, len(recs))
+	for i, pr := range recs {
+		starts[i] = uint64(pr.Part.Txn)
+	}
+	decided, err := rt.db.LookupTxns(ctx, starts)
+	if err != nil {
+		return hierarchy.Recovery{}, nil, fmt.Errorf("hierarchy: recovering %d part records: status lookup: %w", len(recs), err)
+	}
+	cfg := rt.cfg
+	cfg.ID = leaf
+	plan := planRecovery(recs, decided, tooOld, rt.tree, leaf, cfg.PendingMax)
+	rec := hierarchy.Recovery{ClockFloor: plan.clockFloor, Pending: plan.pending}
+	// The core checks what it is given again; a refusal (a record of keys
+	// it does not take) aborts every recovered part instead of keeping the
+	// leaf from starting.
+	if _, err := hierarchy.New(cfg, rec); err != nil {
+		rt.n.log.Warn("hierarchy: recovered parts refused by the validator; aborting them", "err", err)
+		for _, pr := range plan.pending {
+			plan.abort = append(plan.abort, pr.Part.Txn)
+		}
+		plan.pending, rec.Pending = nil, nil
+	}
+	if err := rt.endRecovered(ctx, plan); err != nil {
+		return hierarchy.Recovery{}, nil, err
+	}
+	writes := map[hierarchy.TxnID][][]byte{}
+	for _, pr := range plan.pending {
+		writes[pr.Part.Txn] = plan.writes[pr.Part.Txn]
+	}
+	rt.metrics.add(&rt.metrics.recovered, int64(len(plan.pending)))
+	rt.metrics.add(&rt.metrics.recoveredEnded, int64(len(plan.resolve)+len(plan.abort)))
+	rt.n.log.Info("hierarchy: leaf recovered its part records", "pending", len(plan.pending),
+		"decided", len(plan.resolve), "aborted", len(plan.abort))
+	return rec, writes, nil
+}
+
+// endRecovered records the aborts a recovery plan asks for, then
+// resolves the intents of every decided record and forgets the records.
+func (rt *hierRuntime) endRecovered(ctx context.Context, plan recoveryPlan) error {
+	resolve := plan.resolve
+	if len(plan.abort) > 0 {
+		want := make([]client.TxnDecision, len(plan.abort))
+		for i, t := range plan.abort {
+			want[i] = client.TxnDecision{StartTs: uint64(t)}
+		}
+		held, recorded, err := rt.db.DecideTxns(ctx, want)
+		for i, h := range held {
+			if i < len(recorded) && recorded[i] {
+				// Held otherwise only if it was decided meanwhile (a
+				// commit needs every vote, this one included, so only
+				// for a record whose vote had reached the decider).
+				resolve = append(resolve, hierarchy.Decision{Txn: hierarchy.TxnID(h.StartTs), Commit: h.Committed, TS: h.CommitTs})
+			}
+		}
+		if err == nil && len(resolve) < len(plan.resolve)+len(plan.abort) {
+			err = errors.New("some aborts not recorded")
+		}
+		if err != nil {
+			return fmt.Errorf("hierarchy: recovering part records: aborting %d: %w", len(plan.abort), err)
+		}
+	}
+	txns := make([]hierarchy.TxnID, 0, len(resolve))
+	for _, d := range resolve {
+		commitTs := uint64(0)
+		if d.Commit {
+			commitTs = d.TS
+		}
+		if ws := plan.writes[d.Txn]; len(ws) > 0 {
+			if err := rt.db.ResolveTxnIntents(ctx, uint64(d.Txn), commitTs, ws); err != nil {
+				// Readers resolve them by the status table meanwhile.
+				rt.n.log.Warn("hierarchy: resolving a recovered part's intents failed", "txn", d.Txn, "err", err)
+			}
+		}
+		txns = append(txns, d.Txn)
+	}
+	return forgetPartRecords(rt.n.eng, txns)
+}
