@@ -225,6 +225,9 @@ func checkStore(dir string, eng *storage.Engine, osFiles bool) error {
 			return damaged(fmt.Sprintf("range r%d", id), err)
 		}
 	}
+	if _, err := loadPartRecords(eng); err != nil {
+		return damaged("its hierarchy part records do not read back", err)
+	}
 	return nil
 }
 

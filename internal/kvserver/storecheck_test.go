@@ -81,6 +81,13 @@ func TestOpenStoreRefusesDamage(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "range r7: its Raft state says index 12 is applied but its log ends at 10"},
+		{"damaged part record", func(t *testing.T, b *storage.Batch, dir string) {
+			writeIdent(b)
+			writeRange(b, raftpb.HardState{})
+			if err := b.Set(hierPartRecordKey(5), []byte{0xff}); err != nil {
+				t.Fatal(err)
+			}
+		}, "its hierarchy part records do not read back"},
 		{"ranges without identity", func(t *testing.T, b *storage.Batch, dir string) {
 			writeRange(b, raftpb.HardState{})
 		}, "it holds 1 ranges but no node identity"},
