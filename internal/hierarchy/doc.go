@@ -29,7 +29,10 @@
 //     lost answer) is answered from the status table if the transaction is
 //     decided, and waits if its part is pending (Propose refuses a second
 //     part of a pending transaction): proposing it again would decide it
-//     again, possibly otherwise.
+//     again, possibly otherwise. Parts with disjoint keys taken together
+//     may instead be checked first, concurrently (Check, read-only), and
+//     then admitted in order (ProposeChecked), with no other input in
+//     between: the check of a part reads only its own keys' state.
 //  2. Node, when it serves a read at snapshot s: Observe(s) before the read
 //     looks at the key (under the same latch as intent writes), so that no
 //     commit timestamp the leaf issues afterwards is at or below s.

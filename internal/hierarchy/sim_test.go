@@ -37,6 +37,7 @@ func TestSimulation(t *testing.T) {
 			seeds = append(seeds, int64(i))
 		}
 	}
+	shared := 0
 	for _, seed := range seeds {
 		w := newSimWorld(t, seed)
 		if err := w.run(); err != nil {
@@ -49,6 +50,10 @@ func TestSimulation(t *testing.T) {
 			t.Logf("seed %d (%s): %d txns, %d committed, %d aborted by validation (%d parts refused as overloaded), %d given up by the client, %d crashes, %d steps; counts %+v",
 				seed, w.desc, len(w.txns), w.committed, w.abortedByValidation, w.overloaded, w.givenUp, w.crashes, w.steps, w.totalCounts())
 		}
+		shared += w.sharedRounds
+	}
+	if len(seeds) >= 8 && shared == 0 {
+		t.Errorf("no seed took parts in a round of more than one: Check and ProposeChecked went untested")
 	}
 }
 
@@ -115,6 +120,11 @@ type simWorld struct {
 	lastRelease map[ValidatorID]uint64
 	// record, if set, gets the trace (TestSimulationDeterministic).
 	record *strings.Builder
+	// rounds: a node takes the parts queued on its link in rounds, as
+	// kvserver's leaf loop does (proposeRound); sharedRounds counts the
+	// parts checked in a round of more than one.
+	rounds       bool
+	sharedRounds int
 }
 
 type simMsg struct {
@@ -179,6 +189,9 @@ func newSimWorld(t *testing.T, seed int64) *simWorld {
 		crashesMax:  rng.Intn(4),
 		localPct:    rng.Intn(80),
 		readOnlyPct: rng.Intn(20),
+		// From the seed, not the generator, so that the other seeds'
+		// worlds stay as they were.
+		rounds: seed%4 >= 2,
 	}
 	nKeys := 4*nNodes + rng.Intn(30)
 	for i := 0; i < nKeys; i++ {
@@ -186,8 +199,8 @@ func newSimWorld(t *testing.T, seed int64) *simWorld {
 		w.keys = append(w.keys, k)
 		w.keyNode[k] = ids[rng.Intn(nNodes)]
 	}
-	w.desc = fmt.Sprintf("tree %s, %s, batch %d/%v node batch %d/%v, %d keys, %d%% local, %d crashes max",
-		tree, variant, cfg.ValidatorBatch.SizeMax, cfg.ValidatorBatch.Timeout, cfg.NodeBatch.SizeMax, cfg.NodeBatch.Timeout, nKeys, w.localPct, w.crashesMax)
+	w.desc = fmt.Sprintf("tree %s, %s, batch %d/%v node batch %d/%v, %d keys, %d%% local, %d crashes max, parts in rounds %v",
+		tree, variant, cfg.ValidatorBatch.SizeMax, cfg.ValidatorBatch.Timeout, cfg.NodeBatch.SizeMax, cfg.NodeBatch.Timeout, nKeys, w.localPct, w.crashesMax, w.rounds)
 	for _, n := range ids {
 		w.nodes[n] = &simNode{id: n, versions: map[string][]simVersion{}, intents: map[string]TxnID{}, parts: map[TxnID]PartResult{}, writes: map[TxnID][]string{}}
 	}
@@ -332,6 +345,15 @@ func (w *simWorld) propose(n *simNode, p Part) error {
 	} else if err != nil {
 		return err
 	}
+	if err := w.writeIntents(n, v, p); err != nil {
+		return err
+	}
+	return w.process(v)
+}
+
+// writeIntents writes the intents of p if its verdict, in the Ready not
+// yet taken, accepted it.
+func (w *simWorld) writeIntents(n *simNode, v *Validator, p Part) error {
 	// The part's verdict is in the Ready (Parts, or a local Decision).
 	accepted := false
 	for _, pr := range v.rd.Parts {
@@ -352,6 +374,60 @@ func (w *simWorld) propose(n *simNode, p Part) error {
 			n.intents[k] = p.Txn
 		}
 		n.writes[p.Txn] = p.Writes
+	}
+	return nil
+}
+
+// proposeRound is the node taking first and the parts queued behind it on
+// its link whose keys are disjoint from those taken before, as kvserver's
+// leaf loop takes a round: every part is checked (Check) before any is
+// admitted, then each is admitted in order (ProposeChecked) with its
+// intents, and the Ready is carried out once, after the round.
+func (w *simWorld) proposeRound(n *simNode, k linkKey, first Part) error {
+	leaf, _ := w.tree.Leaf(n.id)
+	v := w.vals[leaf]
+	parts := []Part{first}
+	taken := map[string]bool{}
+	disjoint := func(p Part) bool {
+		for _, k := range append(slices.Clone(p.Reads), p.Writes...) {
+			if taken[k] {
+				return false
+			}
+		}
+		return true
+	}
+	take := func(p Part) {
+		for _, k := range append(slices.Clone(p.Reads), p.Writes...) {
+			taken[k] = true
+		}
+	}
+	take(first)
+	for len(w.links[k]) > 0 {
+		sm := w.links[k][0]
+		if sm.part == nil || !disjoint(*sm.part) {
+			break
+		}
+		w.links[k] = w.links[k][1:]
+		take(*sm.part)
+		parts = append(parts, *sm.part)
+	}
+	if len(parts) > 1 {
+		w.sharedRounds += len(parts)
+	}
+	oks := make([]bool, len(parts))
+	for i, p := range parts {
+		oks[i] = v.Check(p)
+	}
+	for i, p := range parts {
+		w.tracef("node %d takes txn %d's part (round of %d, checked %v)", n.id, p.Txn, len(parts), oks[i])
+		if err := v.ProposeChecked(p, oks[i]); errors.Is(err, ErrOverloaded) {
+			w.overloaded++
+		} else if err != nil {
+			return err
+		}
+		if err := w.writeIntents(n, v, p); err != nil {
+			return err
+		}
 	}
 	return w.process(v)
 }
@@ -493,6 +569,9 @@ func (w *simWorld) deliver(k linkKey) error {
 			return nil // node down: the client's request waits (it retries)
 		}
 		w.links[k] = w.links[k][1:]
+		if w.rounds {
+			return w.proposeRound(n, k, *sm.part)
+		}
 		w.tracef("node %d takes txn %d's part", n.id, sm.part.Txn)
 		return w.propose(n, *sm.part)
 	case sm.m.Kind == MsgResult:

@@ -360,7 +360,30 @@ func (v *Validator) setLatest(k string, ts uint64) {
 //     which it may since a commit needs its vote (Ready holds the durable
 //     decision, the client's result and a failing vote, so that the other
 //     nodes learn of it from the decider, or else from the status table).
-func (v *Validator) Propose(p Part) error {
+func (v *Validator) Propose(p Part) error { return v.propose(p, nil) }
+
+// Check is a leaf's check of p (3.2.5.A: its keys' holds and latest
+// versions against its snapshot) without any change to the validator, so
+// that a caller may check the parts it took together on several cores
+// and then admit them in order with ProposeChecked. Checks may run
+// concurrently with each other, and with nothing else. False at an inner
+// validator.
+func (v *Validator) Check(p Part) bool {
+	return v.isLeaf() && v.check(p)
+}
+
+// ProposeChecked is Propose with p's check already made: ok is what
+// Check(p) returned. Between that Check and this call the validator may
+// have taken parts whose keys (reads and writes) are disjoint from p's,
+// by Propose or ProposeChecked, and no other input. That keeps ok true to
+// the state: a part changes the holds and versions of its own keys only
+// (a local one may also raise the latest-version floor, which stands in
+// for versions dropped from the table, while p's keys' versions were known
+// when it was checked). Only the timestamp and the admission (holds,
+// pending set, PendingMax) depend on the order, and they are taken here.
+func (v *Validator) ProposeChecked(p Part, ok bool) error { return v.propose(p, &ok) }
+
+func (v *Validator) propose(p Part, checked *bool) error {
 	if !v.isLeaf() {
 		return fmt.Errorf("%w: validator %d is not a leaf", ErrInvalidArgument, v.id)
 	}
@@ -388,7 +411,12 @@ func (v *Validator) Propose(p Part) error {
 	v.counts.Parts++
 	ts := v.nextTS(max(v.clock, p.Snapshot))
 	v.clock = ts
-	ok := v.check(p)
+	var ok bool
+	if checked != nil {
+		ok = *checked
+	} else {
+		ok = v.check(p)
+	}
 	pr := PartResult{Part: p, OK: ok, TS: ts}
 	if decider == v.id {
 		// A local transaction (3.2.5.A): decided here, at once; it holds

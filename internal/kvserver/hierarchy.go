@@ -77,6 +77,8 @@ type hierRuntime struct {
 	db    *client.DB
 	start time.Time
 	leaf  *hierLoop
+	// records writes the leaf's part records (hierarchy_record.go).
+	records *partRecorder
 
 	mu struct {
 		sync.Mutex
@@ -114,6 +116,9 @@ type hierMetrics struct {
 	// records; recoveredEnded: records it found decided, or aborted as
 	// too old (hierarchy_record.go).
 	recovered, recoveredEnded int64
+	// recordsDropped: part record writes and deletions not made (queue
+	// full, or a failed batch).
+	recordsDropped int64
 	// delayed: link batches held by an injected delay, and how long their
 	// first message was held in fact (queued to sent).
 	delayed heldDelays
@@ -246,8 +251,10 @@ func newHierRuntime(n *Node, s *rpcpb.HierarchySettings) (*hierRuntime, error) {
 	rt.mu.fences = map[uint64]*hierFence{}
 	rt.mu.published = map[hierarchy.ValidatorID]hierPublished{}
 	rt.mu.retired = map[hierarchy.ValidatorID]hierPublished{}
+	rt.records = newPartRecorder(n.eng, n.log, func(k int) { rt.metrics.add(&rt.metrics.recordsDropped, int64(k)) })
 	leaf, err := rt.newLoop(leafID)
 	if err != nil {
+		rt.records.stop()
 		_ = db.Close()
 		return nil, err
 	}
@@ -412,6 +419,7 @@ func (rt *hierRuntime) stop() {
 	for _, l := range links {
 		l.stop()
 	}
+	rt.records.stop()
 	_ = rt.db.Close()
 }
 
@@ -547,6 +555,9 @@ type HierarchyStatus struct {
 	// when it started, pending again; RecoveredEnded: records it found
 	// decided in the status table, or aborted there as too old to commit.
 	Recovered, RecoveredEnded int64
+	// RecordsDropped: part record writes and deletions not made (their
+	// queue full, or a failed batch).
+	RecordsDropped int64
 	// DelayedBatches and DelayedHeld: validator-link batches held by an
 	// injected delay (Node.SetLinkFault), and the sum of the time their
 	// first message was in fact held, queued to sent (the realized delay,
@@ -579,7 +590,7 @@ func (n *Node) HierarchyStatus() HierarchyStatus {
 	slices.SortFunc(s.Validators, func(a, b HierarchyValidator) int { return int(a.ID) - int(b.ID) })
 	rt.metrics.mu.Lock()
 	s.Dropped, s.Overridden, s.AgedAborts = rt.metrics.dropped, rt.metrics.overridden, rt.metrics.agedAborts
-	s.Recovered, s.RecoveredEnded = rt.metrics.recovered, rt.metrics.recoveredEnded
+	s.Recovered, s.RecoveredEnded, s.RecordsDropped = rt.metrics.recovered, rt.metrics.recoveredEnded, rt.metrics.recordsDropped
 	rt.metrics.mu.Unlock()
 	s.DelayedBatches, s.DelayedHeld = rt.metrics.delayed.load()
 	return s

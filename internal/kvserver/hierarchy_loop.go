@@ -195,11 +195,12 @@ func (l *hierLoop) run() {
 const hierRoundPartsMax = 64
 
 // round takes first and whatever else is queued (up to hierRoundPartsMax
-// parts), in order. Parts go through steps 1-3 (checkPart, hierarchy_part.go:
-// latches and the storage check, no access to the core) in parallel, since the parts
-// of one round touch disjoint keys: this is where a leaf's validation
-// uses more than one core. Then, in arrival order, messages and observes
-// apply and each checked part is proposed (step 4, the core's check);
+// parts). Messages and observes apply first, in arrival order. Then the
+// parts go through steps 1-4a (checkPart, hierarchy_part.go: latches, the
+// storage check and the core's read-only Check) in parallel, since the
+// parts of one round touch disjoint keys: this is where a leaf's
+// validation uses more than one core. Then each is admitted in arrival
+// order (ProposeChecked: timestamp, holds, vote);
 // their intents are written together at the end of the round
 // (finishParts), so concurrent parts share Raft's batched appends instead
 // of one fsync each in turn. A part whose keys overlap a part of this
@@ -209,10 +210,11 @@ const hierRoundPartsMax = 64
 // the same keys" holds, since parts of one round touch disjoint keys and
 // each part's Ready was taken right after its Propose.
 //
-// Checking a part before the round's earlier inputs have been applied is
-// the same as checking it after them: those inputs are messages, observes
-// and parts on other keys, none of which writes the storage the check
-// reads (decisions resolve intents only in carryOut, after the round).
+// Why the checks may run before any part of the round is admitted: the
+// storage check reads nothing the round's inputs write (decisions resolve
+// intents only in carryOut, after the round), and the core's check of a
+// part reads only its own keys' holds and versions, which the admission
+// of parts on other keys leaves alone (ProposeChecked's contract).
 func (l *hierLoop) round(first hierInput) {
 	// The core learns the time before the round's inputs, not only after:
 	// it stamps what an input starts (a leaf's part, the root's entry for a
@@ -254,6 +256,15 @@ func (l *hierLoop) round(first hierInput) {
 			}
 		}
 	}
+	// Messages and observes first, in arrival order, then the parts: a
+	// part from a client has no order with them (they come on other
+	// links), and so the core does not change while the parts are
+	// checked.
+	for _, in := range inputs {
+		if in.part == nil {
+			l.take(in)
+		}
+	}
 	checked := make([]*preparedPart, len(inputs))
 	if parts > 1 {
 		var wg sync.WaitGroup
@@ -277,7 +288,6 @@ func (l *hierLoop) round(first hierInput) {
 	var prepared []*preparedPart
 	for i, in := range inputs {
 		if in.part == nil {
-			l.take(in)
 			continue
 		}
 		if pp := checked[i]; pp != nil {
@@ -501,10 +511,9 @@ func (l *hierLoop) resolve(ds []hierarchy.Decision) {
 		}()
 	}
 	wg.Wait()
-	if err := forgetPartRecords(l.rt.n.eng, forget); err != nil {
-		// A record left behind names a decided transaction: the next
-		// recovery resolves it again and forgets it.
-		l.rt.n.log.Warn("hierarchy: forgetting part records failed", "err", err)
+	// Queued after the record's write: the writer keeps the order.
+	for _, t := range forget {
+		l.rt.records.queue(recordOp{txn: t})
 	}
 }
 

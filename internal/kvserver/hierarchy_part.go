@@ -61,7 +61,10 @@ func (n *Node) replicaForKey(k []byte) *rangeReplica {
 //     another transaction's intent on any of the part's keys is a
 //     conflict the leaf may not know of (written under an earlier
 //     leaseholder, or before the leaf restarted): Part.Conflict.
-//  4. Observe the read floor, Propose.
+//  4. The core's check (Validator.Check, read-only, in parallel with the
+//     round's other parts), then, in arrival order, Observe the read
+//     floor and admit the part (ProposeChecked: its timestamp, holds,
+//     vote).
 //  5. If the leaf passed it (a pending distributed part, or a committing
 //     local transaction), its writes become intents, one Raft write per
 //     range, each releasing that range's latches once applied; the other
@@ -79,15 +82,19 @@ type preparedPart struct {
 	// conflict: the storage check found a version or an intent the leaf
 	// may not know of (Part.Conflict).
 	conflict bool
-	rd       hierarchy.Ready
-	passed   bool
-	perr     error
+	// part is the core's part; ok, the core's check of it (Check).
+	part   hierarchy.Part
+	ok     bool
+	rd     hierarchy.Ready
+	passed bool
+	perr   error
 }
 
-// checkPart is steps 1-3 (above): it touches neither the validator
-// core nor the loop's state, so the parts of one round (disjoint keys)
-// are checked in parallel (round). nil if the part was refused (its reply
-// sent, nothing held).
+// checkPart is steps 1-3 (above) and the core's read-only check of step
+// 4 (Validator.Check): it changes neither the validator core nor the
+// loop's state, so the parts of one round (disjoint keys) are checked in
+// parallel (round). nil if the part was refused (its reply sent, nothing
+// held).
 func (l *hierLoop) checkPart(in *hierPartIn) *preparedPart {
 	n := l.rt.n
 	req := in.req
@@ -175,13 +182,6 @@ func (l *hierLoop) checkPart(in *hierPartIn) *preparedPart {
 		}
 	}
 	pp.conflict = conflict
-	return pp
-}
-
-// proposePart is step 4 (above), on the loop's goroutine: the read
-// floor observed after the part's latches were taken, then Propose.
-func (l *hierLoop) proposePart(pp *preparedPart) {
-	n, req, txn := l.rt.n, pp.in.req, pp.txn
 	part := hierarchy.Part{Txn: txn, Client: hierarchy.ClientID(req.Nodes[0]), Snapshot: req.StartTs, Conflict: pp.conflict}
 	for _, nd := range req.Nodes {
 		part.Nodes = append(part.Nodes, hierarchy.NodeID(nd))
@@ -193,8 +193,21 @@ func (l *hierLoop) proposePart(pp *preparedPart) {
 		part.Writes = append(part.Writes, string(w.Key))
 		pp.writeKeys = append(pp.writeKeys, w.Key)
 	}
+	pp.part = part
+	// The core's own check, read-only: the round's other checks run
+	// alongside, and nothing changes the core until they are all done
+	// (round).
+	pp.ok = l.v.Check(part)
+	return pp
+}
+
+// proposePart is step 4 (above), on the loop's goroutine: the read
+// floor observed after the part's latches were taken, then the part
+// admitted with its check (ProposeChecked).
+func (l *hierLoop) proposePart(pp *preparedPart) {
+	n, txn := l.rt.n, pp.txn
 	l.v.Observe(n.hierReadFloor.Load())
-	pp.perr = l.v.Propose(part)
+	pp.perr = l.v.ProposeChecked(pp.part, pp.ok)
 	pp.rd = l.v.Ready()
 	for _, pr := range pp.rd.Parts {
 		if pr.Part.Txn == txn && pr.OK {
@@ -313,27 +326,20 @@ func (l *hierLoop) writeIntents(ctx context.Context, req *rpcpb.HierCommitReques
 	return first
 }
 
-// recordParts writes the part records (hierarchy_record.go) of the
-// distributed parts the leaf passed whose intents are in place, before
-// their votes leave (carryOut). A record that cannot be written only
-// costs the recovery of that part after a crash; the vote still goes.
+// recordParts queues the part records (hierarchy_record.go) of the
+// distributed parts the leaf passed whose intents are in place.
 func (l *hierLoop) recordParts(pps []*preparedPart, failures []*rpcpb.Error) {
-	var recs []hierarchy.PartResult
+	var ops []recordOp
 	for i, pp := range pps {
 		if !pp.passed || failures[i] != nil {
 			continue
 		}
 		for _, pr := range pp.rd.Parts {
 			if pr.Part.Txn == pp.txn && pr.OK {
-				recs = append(recs, pr)
+				ops = append(ops, recordOp{txn: pr.Part.Txn, rec: &pr})
+				l.recorded[pr.Part.Txn] = true
 			}
 		}
 	}
-	if err := writePartRecords(l.rt.n.eng, recs); err != nil {
-		l.rt.n.log.Warn("hierarchy: writing part records failed", "parts", len(recs), "err", err)
-		return
-	}
-	for _, pr := range recs {
-		l.recorded[pr.Part.Txn] = true
-	}
+	l.rt.records.queue(ops...)
 }
