@@ -20,6 +20,9 @@ import (
 //	     [timeout-ms=<ms>] [resend-ms=<ms>]       a new tree of validators,
 //	<tree's written form>                         its shape in the input
 //	propose node=<n> txn=<id> [snap=<ts>] nodes=(<n>,...) [reads=(<k>,...)] [writes=(<k>,...)] [conflict=true]
+//	round node=<n>                              parts taken together (keys disjoint): each
+//	<part: txn=<id> [snap=..] nodes=(..) ...>   checked (Check) before any is admitted, then
+//	...                                         admitted in order (ProposeChecked); one Ready
 //	observe node=<n> ts=<ts>                    the node served a read at ts
 //	deliver [link=<from->to>] [count=<c>]       deliver queued messages (all links: until none)
 //	tick ms=<ms>                                set the time on every validator
@@ -74,6 +77,7 @@ func TestDataDriven(t *testing.T) {
 					ValidatorBatch: Batching{SizeMax: int(num("batch", 1)), Timeout: timeout},
 					NodeBatch:      Batching{SizeMax: int(num("node-batch", 1)), Timeout: timeout},
 					ResendAfter:    time.Duration(num("resend-ms", 100)) * time.Millisecond,
+					LatestKeysMax:  int(num("latest-max", 0)),
 				})
 				var b strings.Builder
 				for l, ids := range tr.Levels() {
@@ -100,6 +104,41 @@ func TestDataDriven(t *testing.T) {
 				p := Part{Txn: TxnID(num("txn", 0)), Client: 1, Snapshot: num("snap", 0), Nodes: nodes,
 					Reads: args["reads"], Writes: args["writes"], Conflict: str("conflict", "") == "true"}
 				if err := h.propose(NodeID(num("node", 0)), p); err != nil {
+					h.logf("error: %v", err)
+				}
+			case "round":
+				var parts []Part
+				for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+					_, cargs, err := datadriven.ParseLine("part " + line)
+					if err != nil {
+						d.Fatalf(t, "%q: %v", line, err)
+					}
+					pa := map[string][]string{}
+					for _, a := range cargs {
+						pa[a.Key] = a.Vals
+					}
+					one := func(key string) uint64 {
+						if len(pa[key]) == 0 {
+							return 0
+						}
+						n, err := strconv.ParseUint(pa[key][0], 10, 64)
+						if err != nil {
+							d.Fatalf(t, "%s: %v", key, err)
+						}
+						return n
+					}
+					var nodes []NodeID
+					for _, s := range pa["nodes"] {
+						n, err := strconv.ParseUint(s, 10, 64)
+						if err != nil {
+							d.Fatalf(t, "nodes: %v", err)
+						}
+						nodes = append(nodes, NodeID(n))
+					}
+					parts = append(parts, Part{Txn: TxnID(one("txn")), Client: 1, Snapshot: one("snap"), Nodes: nodes,
+						Reads: pa["reads"], Writes: pa["writes"]})
+				}
+				if err := h.round(NodeID(num("node", 0)), parts); err != nil {
 					h.logf("error: %v", err)
 				}
 			case "observe":

@@ -120,6 +120,38 @@ func (h *harness) propose(n NodeID, p Part) error {
 	return err
 }
 
+// round takes parts together as kvserver's leaf loop does: every part is
+// checked before any is admitted, then each is admitted in order, and the
+// Ready is carried out once. The parts' keys must be disjoint.
+func (h *harness) round(n NodeID, parts []Part) error {
+	v := h.leaf(n)
+	if v == nil {
+		return fmt.Errorf("node %d is down", n)
+	}
+	owner := map[string]TxnID{}
+	for _, p := range parts {
+		for _, k := range append(slices.Clone(p.Reads), p.Writes...) {
+			if t, ok := owner[k]; ok && t != p.Txn {
+				return fmt.Errorf("key %q in two parts of a round", k)
+			}
+			owner[k] = p.Txn
+		}
+	}
+	oks := make([]bool, len(parts))
+	for i, p := range parts {
+		oks[i] = v.Check(p)
+		h.logf("%s check txn %d: %v", vname(v.ID()), p.Txn, oks[i])
+	}
+	var first error
+	for i, p := range parts {
+		if err := v.ProposeChecked(p, oks[i]); err != nil && first == nil {
+			first = err
+		}
+	}
+	h.process(v)
+	return first
+}
+
 // deliver hands the head of a link's queue to its receiver; false if empty.
 func (h *harness) deliver(link string) bool {
 	q := h.queues[link]
