@@ -93,17 +93,7 @@ func TestDataDriven(t *testing.T) {
 				}
 				return b.String()
 			case "propose":
-				var nodes []NodeID
-				for _, s := range args["nodes"] {
-					n, err := strconv.ParseUint(s, 10, 64)
-					if err != nil {
-						d.Fatalf(t, "nodes: %v", err)
-					}
-					nodes = append(nodes, NodeID(n))
-				}
-				p := Part{Txn: TxnID(num("txn", 0)), Client: 1, Snapshot: num("snap", 0), Nodes: nodes,
-					Reads: args["reads"], Writes: args["writes"], Conflict: str("conflict", "") == "true"}
-				if err := h.propose(NodeID(num("node", 0)), p); err != nil {
+				if err := h.propose(NodeID(num("node", 0)), partOf(t, d, args)); err != nil {
 					h.logf("error: %v", err)
 				}
 			case "round":
@@ -117,26 +107,7 @@ func TestDataDriven(t *testing.T) {
 					for _, a := range cargs {
 						pa[a.Key] = a.Vals
 					}
-					one := func(key string) uint64 {
-						if len(pa[key]) == 0 {
-							return 0
-						}
-						n, err := strconv.ParseUint(pa[key][0], 10, 64)
-						if err != nil {
-							d.Fatalf(t, "%s: %v", key, err)
-						}
-						return n
-					}
-					var nodes []NodeID
-					for _, s := range pa["nodes"] {
-						n, err := strconv.ParseUint(s, 10, 64)
-						if err != nil {
-							d.Fatalf(t, "nodes: %v", err)
-						}
-						nodes = append(nodes, NodeID(n))
-					}
-					parts = append(parts, Part{Txn: TxnID(one("txn")), Client: 1, Snapshot: one("snap"), Nodes: nodes,
-						Reads: pa["reads"], Writes: pa["writes"]})
+					parts = append(parts, partOf(t, d, pa))
 				}
 				if err := h.round(NodeID(num("node", 0)), parts); err != nil {
 					h.logf("error: %v", err)
@@ -315,4 +286,30 @@ func (h *harness) state() string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// partOf is the part a propose command's (or a round line's) arguments
+// name: txn=<id> [snap=<ts>] nodes=(<n>,...) [reads=(..)] [writes=(..)]
+// [conflict=true].
+func partOf(t *testing.T, d *datadriven.TestData, args map[string][]string) Part {
+	num := func(key string) uint64 {
+		if len(args[key]) == 0 {
+			return 0
+		}
+		n, err := strconv.ParseUint(args[key][0], 10, 64)
+		if err != nil {
+			d.Fatalf(t, "%s: %v", key, err)
+		}
+		return n
+	}
+	var nodes []NodeID
+	for _, s := range args["nodes"] {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			d.Fatalf(t, "nodes: %v", err)
+		}
+		nodes = append(nodes, NodeID(n))
+	}
+	return Part{Txn: TxnID(num("txn")), Client: 1, Snapshot: num("snap"), Nodes: nodes,
+		Reads: args["reads"], Writes: args["writes"], Conflict: len(args["conflict"]) > 0 && args["conflict"][0] == "true"}
 }
