@@ -375,7 +375,8 @@ func (v *Validator) Check(p Part) bool {
 // ProposeChecked is Propose with p's check already made: ok is what
 // Check(p) returned. Between that Check and this call the validator may
 // have taken parts whose keys (reads and writes) are disjoint from p's,
-// by Propose or ProposeChecked, and no other input. That keeps ok true to
+// by Propose or ProposeChecked, and observes (the check does not read the
+// clock), and no other input. That keeps ok true to
 // the state: a part changes the holds and versions of its own keys only
 // (a local one may also raise the latest-version floor, which stands in
 // for versions dropped from the table, while p's keys' versions were known

@@ -17,8 +17,9 @@ import (
 // next, in the contract's order (internal/hierarchy doc.go):
 //
 //  1. a part's intents are in place (through Raft, under the part's
-//     latches), and then its part record, before the leaf's vote is in a
-//     Ready's messages (hierarchy_part.go, hierarchy_record.go);
+//     latches) before the leaf's vote is in a Ready's messages; its part
+//     record is queued then, written a little later off the loop
+//     (hierarchy_part.go, hierarchy_record.go);
 //  2. decisions are written to the status table (put-unless-exists,
 //     batched per status range by the node's client) before any message
 //     leaves; a decision that comes back otherwise (someone aborted the
@@ -80,13 +81,18 @@ func (rt *hierRuntime) newLoop(id hierarchy.ValidatorID) (*hierLoop, error) {
 	var rec hierarchy.Recovery
 	parts := map[hierarchy.TxnID][][]byte{}
 	if rt.tree.IsLeaf(id) {
-		ctx, cancel := context.WithTimeout(rt.n.stopCtx, rt.n.cfg.RequestTimeout)
-		var writes map[hierarchy.TxnID][][]byte
-		var err error
+		// Bounded by the age limit: a record older than that can only be
+		// aborted, which its peers' lookups do anyway.
+		ctx, cancel := context.WithTimeout(rt.n.stopCtx, min(rt.n.cfg.RequestTimeout, HierarchyTxnAgeMax))
+		writes, err := map[hierarchy.TxnID][][]byte(nil), error(nil)
 		rec, writes, err = rt.recoverLeaf(ctx, id)
 		cancel()
 		if err != nil {
-			return nil, err
+			// Started without its records, as if they were lost: the
+			// fence covers that (design notes), and the next start reads
+			// them again.
+			rt.n.log.Warn("hierarchy: leaf starts without its part records", "err", err)
+			rec, writes = hierarchy.Recovery{}, nil
 		}
 		for t, ws := range writes {
 			if len(ws) > 0 {

@@ -21,11 +21,11 @@ import (
 // item 6; docs/design-notes.md, "Restart: part records").
 //
 // When a leaf passes a distributed part, the node writes the part's
-// intents through Raft and, once they are applied, the part's record
-// (rpcpb.HierPartRecord: the transaction, its nodes, the keys read and
-// written, the vote and the leaf's timestamp) under a node-local key;
-// only then does the vote leave. The record goes when the decision is
-// applied (hierLoop.resolve). At start, the leaf reads the records back
+// intents through Raft and, once they are applied, queues the part's
+// record (rpcpb.HierPartRecord: the transaction, its nodes, the keys read
+// and written, the vote and the leaf's timestamp) for a node-local key;
+// the vote leaves without waiting for it (see below). The record goes
+// when the decision is applied (hierLoop.resolve). At start, the leaf reads the records back
 // (recoverLeaf): those the status table decides are resolved and
 // forgotten, those too old to commit are aborted there and resolved, and
 // the rest are given to the core as Recovery.Pending, which votes for
@@ -296,9 +296,10 @@ func planRecovery(recs []hierarchy.PartResult, decided map[uint64]uint64, tooOld
 
 // recoverLeaf reads the node's part records back for its restarted leaf
 // (see above): it returns the Recovery to start the core with and the
-// written keys of the recovered parts. An error (the status table could
-// not be read or written) leaves every record in place; the caller tries
-// again later.
+// written keys of the recovered parts. An error (the status table or the
+// oracle could not be reached) leaves every record in place; the caller
+// then starts the leaf without them, which is what losing them would do,
+// and the next start reads them again.
 func (rt *hierRuntime) recoverLeaf(ctx context.Context, leaf hierarchy.ValidatorID) (hierarchy.Recovery, map[hierarchy.TxnID][][]byte, error) {
 	recs, err := loadPartRecords(rt.n.eng)
 	if err != nil || len(recs) == 0 {
@@ -312,10 +313,21 @@ func (rt *hierRuntime) recoverLeaf(ctx context.Context, leaf hierarchy.Validator
 	if err != nil {
 		return hierarchy.Recovery{}, nil, fmt.Errorf("hierarchy: recovering %d part records: status lookup: %w", len(recs), err)
 	}
+	// The clock floor must be at or above everything the leaf issued or
+	// observed before the crash, its watermarks (timestamp variant)
+	// included, and the records hold only some of that: a fresh oracle
+	// timestamp is above every snapshot served and every leaf timestamp
+	// issued before (they follow the oracle's).
+	// Through the node's client, which finds the oracle's host (this
+	// node, just restarted, may not know it yet).
+	fresh, err := rt.db.Timestamp(ctx)
+	if err != nil {
+		return hierarchy.Recovery{}, nil, fmt.Errorf("hierarchy: recovering %d part records: a fresh timestamp: %w", len(recs), err)
+	}
 	cfg := rt.cfg
 	cfg.ID = leaf
 	plan := planRecovery(recs, decided, tooOld, rt.tree, leaf, cfg.PendingMax)
-	rec := hierarchy.Recovery{ClockFloor: plan.clockFloor, Pending: plan.pending}
+	rec := hierarchy.Recovery{ClockFloor: max(plan.clockFloor, fresh), Pending: plan.pending}
 	// The core checks what it is given again; a refusal (a record of keys
 	// it does not take) aborts every recovered part instead of keeping the
 	// leaf from starting.

@@ -227,162 +227,178 @@ func TestHierarchyListAppend(t *testing.T) {
 // TestHierarchyLeafRecovers: a leaf that voted for its part of a
 // distributed transaction and then died gets the part back from its part
 // record when it restarts, and votes again (issue 9, item 6). The test is
-// the transaction's client, by hand: it sends the part of the root's node
-// (n1, the lowest, which answers the client) and holds back the other
-// node's, so that nothing can decide the transaction; it stops and
-// restarts n1 (the root's host and a leaf with a pending part); then it
-// sends the held part. Whether the transaction commits depends on time
-// (the decider aborts a transaction older than HierarchyTxnAgeMax); what
-// must hold either way: the record is there while the part is pending,
-// the restarted leaf reads it back (pending again, or aborted as too old),
-// a recovered transaction that aborts did so only for its age, the keys
-// show the outcome the status table holds, and no record is left.
+// the transaction's client, by hand: it sends one node's part and holds
+// back the other's, so that nothing can decide the transaction; it stops
+// and restarts the node holding the part; then it sends the held part.
+// Two cases: the stopped node is n1 (the root's host, and the answering
+// node, the lowest of the transaction), or the other node (its parent
+// stays up, with the watermarks the leaf promised it). Whether the
+// transaction commits depends on time (the decider aborts a transaction
+// older than HierarchyTxnAgeMax); what must hold either way: the record
+// is there while the part is pending, the restarted leaf reads it back
+// (pending again, or aborted as too old), a recovered transaction that
+// aborts did so only for its age, the keys show the outcome the status
+// table holds, and no record is left.
 func TestHierarchyLeafRecovers(t *testing.T) {
 	for _, variant := range hierarchyVariants {
-		t.Run(variant, func(t *testing.T) {
-			c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4, CommitProtocol: "hierarchy-" + variant})
-			db := openDB(t, c)
-			ctx, cancel := context.WithTimeout(context.Background(), setupDeadline)
-			defer cancel()
-			// One key in a range n1 leads, one in a range another node
-			// leads.
-			var a, b []byte
-			bNode := -1
-			for a == nil || b == nil {
-				a, b = nil, nil
-				for _, k := range []string{"0key", "4key", "8key", "akey", "fkey", "kkey", "pkey", "ukey", "zkey"} {
-					_, nd, err := busiestRange(ctx, db, c, [][]byte{[]byte(k)})
-					if err != nil {
-						t.Fatal(err)
-					}
-					switch {
-					case nd == 0 && a == nil:
-						a = []byte(k)
-					case nd != 0 && b == nil:
-						b, bNode = []byte(k), nd
-					}
-				}
-				if ctx.Err() != nil {
-					t.Fatalf("no two ranges led by n1 and another node")
-				}
-				if a == nil || b == nil {
-					time.Sleep(100 * time.Millisecond)
-				}
+		for _, stopRoot := range []bool{true, false} {
+			name := variant + "/stop-other"
+			if stopRoot {
+				name = variant + "/stop-root-host"
 			}
-			t.Logf("%s led by n1, %s led by n%d", a, b, bNode+1)
-			// The cluster takes hierarchy parts once every led range's
-			// lease fence passed.
-			for !c.Node(0).HierarchyReady() || !c.Node(bNode).HierarchyReady() {
-				if ctx.Err() != nil {
-					t.Fatal("the validators never became ready")
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			startTs, err := db.Timestamp(ctx)
+			t.Run(name, func(t *testing.T) { testHierarchyLeafRecovers(t, variant, stopRoot) })
+		}
+	}
+}
+
+func testHierarchyLeafRecovers(t *testing.T, variant string, stopRoot bool) {
+	c := startCluster(t, testcluster.Options{Nodes: 3, InitialRanges: 4, CommitProtocol: "hierarchy-" + variant})
+	db := openDB(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), setupDeadline)
+	defer cancel()
+	// One key in a range n1 leads, one in a range another node
+	// leads.
+	var a, b []byte
+	bNode := -1
+	for a == nil || b == nil {
+		a, b = nil, nil
+		for _, k := range []string{"0key", "4key", "8key", "akey", "fkey", "kkey", "pkey", "ukey", "zkey"} {
+			_, nd, err := busiestRange(ctx, db, c, [][]byte{[]byte(k)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			nodes := []uint64{c.Node(0).NodeID(), c.Node(bNode).NodeID()}
-			slices.Sort(nodes)
-			part := func(k []byte) *rpcpb.HierCommitRequest {
-				return &rpcpb.HierCommitRequest{StartTs: startTs, Nodes: nodes,
-					Writes: []*rpcpb.HierWrite{{Key: keys.UserKey(k), Value: []byte("recovered")}}}
+			switch {
+			case nd == 0 && a == nil:
+				a = []byte(k)
+			case nd != 0 && b == nil:
+				b, bNode = []byte(k), nd
 			}
-			hierClient := func(i int) rpcpb.HierarchyClient {
-				conn, err := grpc.NewClient(c.Addrs()[i], grpc.WithTransportCredentials(insecure.NewCredentials()))
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = conn.Close() })
-				return rpcpb.NewHierarchyClient(conn)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no two ranges led by n1 and another node")
+		}
+		if a == nil || b == nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("%s led by n1, %s led by n%d", a, b, bNode+1)
+	// The cluster takes hierarchy parts once every led range's
+	// lease fence passed.
+	for !c.Node(0).HierarchyReady() || !c.Node(bNode).HierarchyReady() {
+		if ctx.Err() != nil {
+			t.Fatal("the validators never became ready")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	startTs, err := db.Timestamp(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []uint64{c.Node(0).NodeID(), c.Node(bNode).NodeID()}
+	slices.Sort(nodes)
+	part := func(k []byte) *rpcpb.HierCommitRequest {
+		return &rpcpb.HierCommitRequest{StartTs: startTs, Nodes: nodes,
+			Writes: []*rpcpb.HierWrite{{Key: keys.UserKey(k), Value: []byte("recovered")}}}
+	}
+	hierClient := func(i int) rpcpb.HierarchyClient {
+		conn, err := grpc.NewClient(c.Addrs()[i], grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		return rpcpb.NewHierarchyClient(conn)
+	}
+	// stop holds the pending part; held's part is sent after the restart.
+	stop, held := 0, bNode
+	if !stopRoot {
+		stop, held = bNode, 0
+	}
+	keyOf := map[int][]byte{0: a, bNode: b}
+	// n1 answers the client, so its Commit waits for the decision (and
+	// ends with n1's stop if n1 is stopped).
+	go func() { _, _ = hierClient(stop).Commit(ctx, part(keyOf[stop])) }()
+	leafPending := func(i int) int {
+		for _, v := range c.Node(i).HierarchyStatus().Validators {
+			if v.Leaf {
+				return v.Pending
 			}
-			// n1 answers the client, so its Commit waits for the decision:
-			// it ends with n1's stop.
-			go func() { _, _ = hierClient(0).Commit(ctx, part(a)) }()
-			leafPending := func(i int) int {
-				for _, v := range c.Node(i).HierarchyStatus().Validators {
-					if v.Leaf {
-						return v.Pending
-					}
-				}
-				return 0
-			}
-			for leafPending(0) == 0 {
-				if ctx.Err() != nil {
-					t.Fatal("n1's leaf never held the part")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			// The record is written off the leaf's loop, after the vote.
-			for partRecords(t, c, 0) != 1 {
-				if ctx.Err() != nil {
-					t.Fatalf("n1 holds %d part records while its part is pending, want 1", partRecords(t, c, 0))
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			c.StopNode(0)
-			if err := c.RestartNode(0); err != nil {
-				t.Fatal(err)
-			}
-			var st kvserver.HierarchyStatus
-			for {
-				st = c.Node(0).HierarchyStatus()
-				if st.Validators != nil {
-					break
-				}
-				if ctx.Err() != nil {
-					t.Fatal("n1's validators never started again")
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			t.Logf("n1 restarted: %d parts recovered pending, %d records ended (decided or too old)", st.Recovered, st.RecoveredEnded)
-			if st.Recovered+st.RecoveredEnded != 1 {
-				t.Fatalf("the restarted leaf read back %d records (%d pending, %d ended), want 1", st.Recovered+st.RecoveredEnded, st.Recovered, st.RecoveredEnded)
-			}
-			if resp, err := hierClient(bNode).Commit(ctx, part(b)); err != nil || resp.GetError() != nil {
-				t.Fatalf("n%d's part: %v %v", bNode+1, err, resp.GetError())
-			}
-			var commitTs uint64
-			for {
-				decided, err := db.LookupTxns(ctx, []uint64{startTs})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if c, ok := decided[startTs]; ok {
-					commitTs = c
-					break
-				}
-				if ctx.Err() != nil {
-					t.Fatal("the transaction was never decided")
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			aged := int64(0)
-			for i := range c.Addrs() {
-				aged += c.Node(i).HierarchyStatus().AgedAborts
-			}
-			t.Logf("transaction %d: commit_ts %d (0: aborted); %d aborted as too old", startTs, commitTs, aged)
-			if st.Recovered == 1 && commitTs == 0 && aged == 0 {
-				t.Errorf("the recovered transaction aborted, and not for its age: every vote was OK")
-			}
-			for _, k := range [][]byte{a, b} {
-				v, ok, err := db.Get(ctx, k)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got, want := ok && string(v) == "recovered", commitTs != 0; got != want {
-					t.Errorf("%s = %q (found %v), transaction committed %v", k, v, ok, want)
-				}
-			}
-			// The decision reaches n1's leaf, which resolves the part and
-			// forgets its record.
-			for partRecords(t, c, 0) != 0 || leafPending(0) != 0 {
-				if ctx.Err() != nil {
-					t.Fatalf("n1 still holds %d part records and %d pending parts", partRecords(t, c, 0), leafPending(0))
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		})
+		}
+		return 0
+	}
+	for leafPending(stop) == 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("n%d's leaf never held the part", stop+1)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The record is written off the leaf's loop, after the vote.
+	for partRecords(t, c, stop) != 1 {
+		if ctx.Err() != nil {
+			t.Fatalf("n%d holds %d part records while its part is pending, want 1", stop+1, partRecords(t, c, stop))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.StopNode(stop)
+	if err := c.RestartNode(stop); err != nil {
+		t.Fatal(err)
+	}
+	var st kvserver.HierarchyStatus
+	for {
+		st = c.Node(stop).HierarchyStatus()
+		if st.Validators != nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("n%d's validators never started again", stop+1)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("n%d restarted: %d parts recovered pending, %d records ended (decided or too old)", stop+1, st.Recovered, st.RecoveredEnded)
+	if st.Recovered+st.RecoveredEnded != 1 {
+		t.Fatalf("the restarted leaf read back %d records (%d pending, %d ended), want 1", st.Recovered+st.RecoveredEnded, st.Recovered, st.RecoveredEnded)
+	}
+	if resp, err := hierClient(held).Commit(ctx, part(keyOf[held])); err != nil || resp.GetError() != nil {
+		t.Fatalf("n%d's part: %v %v", held+1, err, resp.GetError())
+	}
+	var commitTs uint64
+	for {
+		decided, err := db.LookupTxns(ctx, []uint64{startTs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, ok := decided[startTs]; ok {
+			commitTs = c
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the transaction was never decided")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	aged := int64(0)
+	for i := range c.Addrs() {
+		aged += c.Node(i).HierarchyStatus().AgedAborts
+	}
+	t.Logf("transaction %d: commit_ts %d (0: aborted); %d aborted as too old", startTs, commitTs, aged)
+	if st.Recovered == 1 && commitTs == 0 && aged == 0 {
+		t.Errorf("the recovered transaction aborted, and not for its age: every vote was OK")
+	}
+	for _, k := range [][]byte{a, b} {
+		v, ok, err := db.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := ok && string(v) == "recovered", commitTs != 0; got != want {
+			t.Errorf("%s = %q (found %v), transaction committed %v", k, v, ok, want)
+		}
+	}
+	// The decision reaches the restarted leaf, which resolves the part
+	// and forgets its record.
+	for partRecords(t, c, stop) != 0 || leafPending(stop) != 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("n%d still holds %d part records and %d pending parts", stop+1, partRecords(t, c, stop), leafPending(stop))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
