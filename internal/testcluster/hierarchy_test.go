@@ -357,6 +357,23 @@ func testHierarchyLeafRecovers(t *testing.T, variant string, stopRoot bool) {
 	if st.Recovered+st.RecoveredEnded != 1 {
 		t.Fatalf("the restarted leaf read back %d records (%d pending, %d ended), want 1", st.Recovered+st.RecoveredEnded, st.Recovered, st.RecoveredEnded)
 	}
+	// A recovered part is voted for again by the new leaf at once (its
+	// first vote message), before the held part exists anywhere.
+	for st.Recovered == 1 {
+		votes := 0
+		for _, v := range c.Node(stop).HierarchyStatus().Validators {
+			if v.Leaf {
+				votes += v.Counts.VoteMessages
+			}
+		}
+		if votes > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the restarted leaf never voted for its recovered part")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if resp, err := hierClient(held).Commit(ctx, part(keyOf[held])); err != nil || resp.GetError() != nil {
 		t.Fatalf("n%d's part: %v %v", held+1, err, resp.GetError())
 	}
