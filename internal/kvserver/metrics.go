@@ -136,7 +136,7 @@ func newMetrics(n *Node, reg *prometheus.Registry) (*metrics, error) {
 			Help: "Raft messages in those batches (divided by the batches: how well the senders batch)."},
 			transportSent(func(t *transport) uint64 { return t.messagesSent.Load() })),
 	}
-	m.collectors = append(m.collectors, hierarchyCollectors(n)...)
+	m.collectors = append(m.collectors, &hierGauges{n: n})
 	for i, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			for _, done := range m.collectors[:i] {
@@ -352,66 +352,74 @@ func (n *Node) lowestLiveVoter(vs []uint64) uint64 {
 	return low
 }
 
-const hierRecoveredHelp = "Part records this node's leaf read back when it started, by outcome: pending (voted for again) or ended (decided in the status table, or aborted there as too old)."
+// hierGauges are the hierarchy protocols' metrics, read from the node's
+// HierarchyStatus (built once per scrape) when the registry is scraped;
+// all 0 in a cluster of another protocol. Counts of validators are those
+// they made on this node, including inner validators this node ran
+// before another took them over.
+type hierGauges struct{ n *Node }
 
-// hierarchyCollectors are the hierarchy protocols' metrics, read from the
-// node's HierarchyStatus when scraped (all 0 in a cluster of another
-// protocol). Counts of validators are those they made on this node,
-// including inner validators this node ran before another took them over.
-func hierarchyCollectors(n *Node) []prometheus.Collector {
-	counter := func(name, help string, labels prometheus.Labels, get func(HierarchyStatus) float64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
-			func() float64 { return get(n.HierarchyStatus()) })
+var (
+	hierPartsDesc = prometheus.NewDesc("canopy_hierarchy_parts_total",
+		"Parts taken by this node's leaf validator (hierarchy protocols).", nil, nil)
+	hierRefusedDesc = prometheus.NewDesc("canopy_hierarchy_parts_refused_total",
+		"Parts this node's leaf refused as overloaded (PendingMax): their transactions abort and retry.", nil, nil)
+	hierDecisionsDesc = prometheus.NewDesc("canopy_hierarchy_decisions_total",
+		"Transactions decided by validators on this node, by outcome (committed, aborted).", []string{"outcome"}, nil)
+	hierSentDesc = prometheus.NewDesc("canopy_hierarchy_messages_sent_total",
+		"Validator messages sent by validators on this node (votes, decisions, results, watermarks, raises).", nil, nil)
+	hierResentDesc = prometheus.NewDesc("canopy_hierarchy_votes_resent_total",
+		"Votes this node's leaf sent again after waiting ResendAfter for a decision.", nil, nil)
+	hierDroppedDesc = prometheus.NewDesc("canopy_hierarchy_messages_dropped_total",
+		"Validator messages lost at this node: an inbox or link queue full, a link down, a receiver not hosted here.", nil, nil)
+	hierOverriddenDesc = prometheus.NewDesc("canopy_hierarchy_decisions_overridden_total",
+		"Decisions the status table held otherwise than a validator on this node made them.", nil, nil)
+	hierAgedDesc = prometheus.NewDesc("canopy_hierarchy_aged_aborts_total",
+		"Transactions aborted by this node's validators for being older than HierarchyTxnAgeMax.", nil, nil)
+	hierRecoveredDesc = prometheus.NewDesc("canopy_hierarchy_parts_recovered_total",
+		"Part records this node's leaf read back when it started, by outcome: pending (voted for again) or ended (decided in the status table, or aborted there as too old).", []string{"outcome"}, nil)
+	hierRecordsDroppedDesc = prometheus.NewDesc("canopy_hierarchy_part_records_dropped_total",
+		"Part record writes and deletions not made (their queue full, or a failed batch): a record lost costs its part's recovery after a crash.", nil, nil)
+	hierPendingDesc = prometheus.NewDesc("canopy_hierarchy_pending",
+		"Parts this node's leaf holds undecided, plus transactions its inner validators hold.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (g *hierGauges) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{hierPartsDesc, hierRefusedDesc, hierDecisionsDesc, hierSentDesc, hierResentDesc,
+		hierDroppedDesc, hierOverriddenDesc, hierAgedDesc, hierRecoveredDesc, hierRecordsDroppedDesc, hierPendingDesc} {
+		ch <- d
 	}
-	sum := func(leaf bool, f func(hierarchy.Counts) int) func(HierarchyStatus) float64 {
-		return func(s HierarchyStatus) float64 {
-			t := 0
-			for _, v := range s.Validators {
-				if v.Leaf == leaf {
-					t += f(v.Counts)
-				}
-			}
-			return float64(t)
+}
+
+// Collect implements prometheus.Collector.
+func (g *hierGauges) Collect(ch chan<- prometheus.Metric) {
+	s := g.n.HierarchyStatus()
+	var leaf, all hierarchy.Counts
+	pending := 0
+	for _, v := range s.Validators {
+		all = all.Add(v.Counts)
+		if v.Leaf {
+			leaf = leaf.Add(v.Counts)
+		}
+		if v.Running {
+			pending += v.Pending
 		}
 	}
-	allCounts := func(f func(hierarchy.Counts) int) func(HierarchyStatus) float64 {
-		return func(s HierarchyStatus) float64 { return sum(true, f)(s) + sum(false, f)(s) }
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	return []prometheus.Collector{
-		counter("canopy_hierarchy_parts_total", "Parts taken by this node's leaf validator (hierarchy protocols).", nil,
-			sum(true, func(c hierarchy.Counts) int { return c.Parts })),
-		counter("canopy_hierarchy_parts_refused_total", "Parts this node's leaf refused as overloaded (PendingMax): their transactions abort and retry.", nil,
-			sum(true, func(c hierarchy.Counts) int { return c.Refused })),
-		counter("canopy_hierarchy_decisions_total", "Transactions decided by validators on this node, by outcome (committed, aborted).", prometheus.Labels{"outcome": "committed"},
-			allCounts(func(c hierarchy.Counts) int { return c.Committed })),
-		counter("canopy_hierarchy_decisions_total", "Transactions decided by validators on this node, by outcome (committed, aborted).", prometheus.Labels{"outcome": "aborted"},
-			allCounts(func(c hierarchy.Counts) int { return c.Decided - c.Committed })),
-		counter("canopy_hierarchy_messages_sent_total", "Validator messages sent by validators on this node (votes, decisions, results, watermarks, raises).", nil,
-			allCounts(func(c hierarchy.Counts) int { return c.Messages() })),
-		counter("canopy_hierarchy_votes_resent_total", "Votes this node's leaf sent again after waiting ResendAfter for a decision.", nil,
-			sum(true, func(c hierarchy.Counts) int { return c.Resent })),
-		counter("canopy_hierarchy_messages_dropped_total", "Validator messages lost at this node: an inbox or link queue full, a link down, a receiver not hosted here.", nil,
-			func(s HierarchyStatus) float64 { return float64(s.Dropped) }),
-		counter("canopy_hierarchy_decisions_overridden_total", "Decisions the status table held otherwise than a validator on this node made them.", nil,
-			func(s HierarchyStatus) float64 { return float64(s.Overridden) }),
-		counter("canopy_hierarchy_aged_aborts_total", "Transactions aborted by this node's validators for being older than HierarchyTxnAgeMax.", nil,
-			func(s HierarchyStatus) float64 { return float64(s.AgedAborts) }),
-		counter("canopy_hierarchy_parts_recovered_total", hierRecoveredHelp, prometheus.Labels{"outcome": "pending"},
-			func(s HierarchyStatus) float64 { return float64(s.Recovered) }),
-		counter("canopy_hierarchy_parts_recovered_total", hierRecoveredHelp, prometheus.Labels{"outcome": "ended"},
-			func(s HierarchyStatus) float64 { return float64(s.RecoveredEnded) }),
-		counter("canopy_hierarchy_part_records_dropped_total", "Part record writes and deletions not made (their queue full, or a failed batch): a record lost costs its part's recovery after a crash.", nil,
-			func(s HierarchyStatus) float64 { return float64(s.RecordsDropped) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "canopy_hierarchy_pending",
-			Help: "Parts this node's leaf holds undecided, plus transactions its inner validators hold."},
-			func() float64 {
-				t := 0
-				for _, v := range n.HierarchyStatus().Validators {
-					if v.Running {
-						t += v.Pending
-					}
-				}
-				return float64(t)
-			}),
-	}
+	counter(hierPartsDesc, int64(leaf.Parts))
+	counter(hierRefusedDesc, int64(leaf.Refused))
+	counter(hierDecisionsDesc, int64(all.Committed), "committed")
+	counter(hierDecisionsDesc, int64(all.Decided-all.Committed), "aborted")
+	counter(hierSentDesc, int64(all.VoteMessages+all.DecisionMessages+all.ResultMessages+all.WatermarkMessages+all.RaiseMessages))
+	counter(hierResentDesc, int64(leaf.Resent))
+	counter(hierDroppedDesc, s.Dropped)
+	counter(hierOverriddenDesc, s.Overridden)
+	counter(hierAgedDesc, s.AgedAborts)
+	counter(hierRecoveredDesc, s.Recovered, "pending")
+	counter(hierRecoveredDesc, s.RecoveredEnded, "ended")
+	counter(hierRecordsDroppedDesc, s.RecordsDropped)
+	ch <- prometheus.MustNewConstMetric(hierPendingDesc, prometheus.GaugeValue, float64(pending))
 }
