@@ -1,6 +1,7 @@
 package hierarchy
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -174,6 +175,17 @@ func (v *Validator) Clock() uint64 { return v.clock }
 
 // Counts are the messages this validator sent and what it decided.
 func (v *Validator) Counts() Counts { return v.counts }
+
+// PendingParts is a leaf's pending parts, in transaction order (nil at an
+// inner validator): after New, the recovered ones.
+func (v *Validator) PendingParts() []PartResult {
+	var out []PartResult
+	for _, pp := range v.pending {
+		out = append(out, pp.PartResult)
+	}
+	slices.SortFunc(out, func(a, b PartResult) int { return cmp.Compare(a.Part.Txn, b.Part.Txn) })
+	return out
+}
 
 // PendingCount is the number of parts (leaf) or transactions (inner) held.
 func (v *Validator) PendingCount() int {

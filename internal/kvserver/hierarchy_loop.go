@@ -78,37 +78,37 @@ func (rt *hierRuntime) newLoop(id hierarchy.ValidatorID) (*hierLoop, error) {
 	// timestamp before any new part (updateFences); storage checks stand
 	// in for its latest versions (hierarchy_part.go). An inner validator
 	// recovers nothing.
-	var rec hierarchy.Recovery
-	parts := map[hierarchy.TxnID][][]byte{}
+	var v *hierarchy.Validator
+	var err error
 	if rt.tree.IsLeaf(id) {
 		// Bounded by the age limit: a record older than that can only be
 		// aborted, which its peers' lookups do anyway.
 		ctx, cancel := context.WithTimeout(rt.n.stopCtx, min(rt.n.cfg.RequestTimeout, HierarchyTxnAgeMax))
-		writes, err := map[hierarchy.TxnID][][]byte(nil), error(nil)
-		rec, writes, err = rt.recoverLeaf(ctx, id)
+		v, err = rt.recoverLeaf(ctx, cfg)
 		cancel()
 		if err != nil {
 			// Started without its records, as if they were lost: the
 			// fence covers that (design notes), and the next start reads
 			// them again.
 			rt.n.log.Warn("hierarchy: leaf starts without its part records", "err", err)
-			rec, writes = hierarchy.Recovery{}, nil
-		}
-		for t, ws := range writes {
-			if len(ws) > 0 {
-				parts[t] = ws
-			}
+			v = nil
 		}
 	}
-	v, err := hierarchy.New(cfg, rec)
-	if err != nil {
-		return nil, err
+	if v == nil {
+		if v, err = hierarchy.New(cfg, hierarchy.Recovery{}); err != nil {
+			return nil, err
+		}
 	}
 	l := &hierLoop{rt: rt, id: id, leaf: rt.tree.IsLeaf(id), in: make(chan hierInput, hierInboxMax),
 		quit: make(chan struct{}), done: make(chan struct{}), v: v,
-		parts: parts, recorded: map[hierarchy.TxnID]bool{}, overrides: map[hierarchy.TxnID]hierarchy.Decision{}}
-	for _, pr := range rec.Pending {
+		parts: map[hierarchy.TxnID][][]byte{}, recorded: map[hierarchy.TxnID]bool{}, overrides: map[hierarchy.TxnID]hierarchy.Decision{}}
+	// A recovered leaf's pending parts have their records, and their
+	// intents to resolve when decided.
+	for _, pr := range v.PendingParts() {
 		l.recorded[pr.Part.Txn] = true
+		for _, k := range pr.Part.Writes {
+			l.parts[pr.Part.Txn] = append(l.parts[pr.Part.Txn], []byte(k))
+		}
 	}
 	v.Tick(rt.now())
 	go l.run()

@@ -243,23 +243,6 @@ more:
 	}
 }
 
-// forgetPartRecords deletes the records of txns, without a sync: a
-// record that comes back after a crash names a decided transaction,
-// which recovery resolves again and forgets.
-func forgetPartRecords(eng *storage.Engine, txns []hierarchy.TxnID) error {
-	if len(txns) == 0 {
-		return nil
-	}
-	b := eng.NewWriteBatch()
-	defer b.Close()
-	for _, t := range txns {
-		if err := b.Delete(hierPartRecordKey(t)); err != nil {
-			return err
-		}
-	}
-	return b.Commit(false)
-}
-
 // loadPartRecords reads every part record of the node, in start_ts
 // order. A record that does not decode is damage (storage.ErrCorruption).
 func loadPartRecords(eng *storage.Engine) ([]hierarchy.PartResult, error) {
@@ -338,16 +321,18 @@ func planRecovery(recs []hierarchy.PartResult, decided map[uint64]uint64, tooOld
 	return p
 }
 
-// recoverLeaf reads the node's part records back for its restarted leaf
-// (see above): it returns the Recovery to start the core with and the
-// written keys of the recovered parts. An error (the status table or the
-// oracle could not be reached) leaves every record in place; the caller
-// then starts the leaf without them, which is what losing them would do,
-// and the next start reads them again.
-func (rt *hierRuntime) recoverLeaf(ctx context.Context, leaf hierarchy.ValidatorID) (hierarchy.Recovery, map[hierarchy.TxnID][][]byte, error) {
+// recoverLeaf makes the restarted leaf cfg.ID from the node's part
+// records (see above), with the records it gave back pending. An error
+// (the status table or the oracle could not be reached) leaves every
+// record in place; the caller then starts the leaf without them, which is
+// what losing them would do, and the next start reads them again.
+func (rt *hierRuntime) recoverLeaf(ctx context.Context, cfg hierarchy.Config) (*hierarchy.Validator, error) {
 	recs, err := loadPartRecords(rt.n.eng)
-	if err != nil || len(recs) == 0 {
-		return hierarchy.Recovery{}, nil, err
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return hierarchy.New(cfg, hierarchy.Recovery{})
 	}
 	starts := make([]uint64, len(recs))
 	for i, pr := range recs {
@@ -355,7 +340,7 @@ func (rt *hierRuntime) recoverLeaf(ctx context.Context, leaf hierarchy.Validator
 	}
 	decided, err := rt.db.LookupTxns(ctx, starts)
 	if err != nil {
-		return hierarchy.Recovery{}, nil, fmt.Errorf("hierarchy: recovering %d part records: status lookup: %w", len(recs), err)
+		return nil, fmt.Errorf("hierarchy: recovering %d part records: status lookup: %w", len(recs), err)
 	}
 	// The clock floor must be at or above everything the leaf issued or
 	// observed before the crash, its watermarks (timestamp variant)
@@ -366,38 +351,37 @@ func (rt *hierRuntime) recoverLeaf(ctx context.Context, leaf hierarchy.Validator
 	// node, just restarted, may not know it yet).
 	fresh, err := rt.db.Timestamp(ctx)
 	if err != nil {
-		return hierarchy.Recovery{}, nil, fmt.Errorf("hierarchy: recovering %d part records: a fresh timestamp: %w", len(recs), err)
+		return nil, fmt.Errorf("hierarchy: recovering %d part records: a fresh timestamp: %w", len(recs), err)
 	}
-	cfg := rt.cfg
-	cfg.ID = leaf
-	plan := planRecovery(recs, decided, tooOld, rt.tree, leaf, cfg.PendingMax)
-	rec := hierarchy.Recovery{ClockFloor: max(plan.clockFloor, fresh), Pending: plan.pending}
+	plan := planRecovery(recs, decided, tooOld, rt.tree, cfg.ID, cfg.PendingMax)
+	floor := max(plan.clockFloor, fresh)
 	// The core checks what it is given again; a refusal (a record of keys
 	// it does not take) aborts every recovered part instead of keeping the
 	// leaf from starting.
-	if _, err := hierarchy.New(cfg, rec); err != nil {
+	v, err := hierarchy.New(cfg, hierarchy.Recovery{ClockFloor: floor, Pending: plan.pending})
+	if err != nil {
 		rt.n.log.Warn("hierarchy: recovered parts refused by the validator; aborting them", "err", err)
 		for _, pr := range plan.pending {
 			plan.abort = append(plan.abort, pr.Part.Txn)
 		}
-		plan.pending, rec.Pending = nil, nil
+		plan.pending = nil
+		if v, err = hierarchy.New(cfg, hierarchy.Recovery{ClockFloor: floor}); err != nil {
+			return nil, err
+		}
 	}
 	if err := rt.endRecovered(ctx, plan); err != nil {
-		return hierarchy.Recovery{}, nil, err
-	}
-	writes := map[hierarchy.TxnID][][]byte{}
-	for _, pr := range plan.pending {
-		writes[pr.Part.Txn] = plan.writes[pr.Part.Txn]
+		return nil, err
 	}
 	rt.metrics.add(&rt.metrics.recovered, int64(len(plan.pending)))
 	rt.metrics.add(&rt.metrics.recoveredEnded, int64(len(plan.resolve)+len(plan.abort)))
 	rt.n.log.Info("hierarchy: leaf recovered its part records", "pending", len(plan.pending),
 		"decided", len(plan.resolve), "aborted", len(plan.abort))
-	return rec, writes, nil
+	return v, nil
 }
 
 // endRecovered records the aborts a recovery plan asks for, then
-// resolves the intents of every decided record and forgets the records.
+// resolves the intents of every decided record and queues the records'
+// deletion (partRecorder).
 func (rt *hierRuntime) endRecovered(ctx context.Context, plan recoveryPlan) error {
 	resolve := plan.resolve
 	if len(plan.abort) > 0 {
@@ -421,7 +405,6 @@ func (rt *hierRuntime) endRecovered(ctx context.Context, plan recoveryPlan) erro
 			return fmt.Errorf("hierarchy: recovering part records: aborting %d: %w", len(plan.abort), err)
 		}
 	}
-	txns := make([]hierarchy.TxnID, 0, len(resolve))
 	for _, d := range resolve {
 		commitTs := uint64(0)
 		if d.Commit {
@@ -433,7 +416,7 @@ func (rt *hierRuntime) endRecovered(ctx context.Context, plan recoveryPlan) erro
 				rt.n.log.Warn("hierarchy: resolving a recovered part's intents failed", "txn", d.Txn, "err", err)
 			}
 		}
-		txns = append(txns, d.Txn)
+		rt.records.queue(recordOp{txn: d.Txn})
 	}
-	return forgetPartRecords(rt.n.eng, txns)
+	return nil
 }
