@@ -1,6 +1,9 @@
 package kvserver
 
-import "github.com/canopy-db/canopy/internal/rpc/rpcpb"
+import (
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"go.etcd.io/raft/v3/raftpb"
+)
 
 // SetTestingHooks sets testingHooks (testing_hooks.go) until restore is
 // called. Call it before any node starts.
@@ -46,4 +49,15 @@ func (n *Node) RangeDescOf(rangeID uint64) *rpcpb.RangeDescriptor {
 		return nil
 	}
 	return rr.sm.Desc()
+}
+
+// HeartbeatAfterRemoval removes n's replica of rangeID, then hands the
+// removed replica a heartbeat whose commit lies beyond any log, as a
+// heartbeat that found the replica in the node's map just before its
+// removal would be. It reports whether the heartbeat would be stepped.
+func (n *Node) HeartbeatAfterRemoval(rangeID uint64) (stepped bool) {
+	rr := n.replica(rangeID)
+	n.removeReplica(rr, nil, "test")
+	m := raftpb.Message{Type: raftpb.MsgHeartbeat, To: rr.peer, Commit: 1 << 40}
+	return n.checkHeartbeatCommit(rr, &m)
 }

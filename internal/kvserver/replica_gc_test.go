@@ -124,3 +124,37 @@ func TestRemovedQuiescentReplicaCollected(t *testing.T) {
 	}
 	waitFor("n%d's removed replica collected", func() bool { exists, _ := xn.ReplicaState(rangeID); return !exists })
 }
+
+// TestHeartbeatDuringRemovalIsNotDamage (CI stop 33): a heartbeat that
+// found a replica in the node's map just before the replica was removed
+// reads the log the removal deleted. Before, the node took that for a
+// store that lost acknowledged writes and stopped; now the heartbeat is
+// dropped, as any message to a stopped replica, and the node keeps running.
+func TestHeartbeatDuringRemovalIsNotDamage(t *testing.T) {
+	c, err := testcluster.Start(testcluster.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc := newRaw(t, c.Addrs())
+	key := keys.UserKey([]byte("a"))
+	if resp := rc.send(key, put("a", "v")); resp.Error != nil {
+		t.Fatalf("put: %v", resp.Error)
+	}
+	n := c.Node(2)
+	var rangeID uint64
+	for id := uint64(2); id < 100 && rangeID == 0; id++ {
+		if d := n.RangeDescOf(id); d != nil && keys.IsUser(d.StartKey) {
+			rangeID = id
+		}
+	}
+	if rangeID == 0 {
+		t.Fatal("n3 has no replica of a user range")
+	}
+	if n.HeartbeatAfterRemoval(rangeID) {
+		t.Fatal("a heartbeat to a removed replica would be stepped")
+	}
+	if err := n.Err(); err != nil {
+		t.Fatalf("the node took a removal for damage: %v", err)
+	}
+}

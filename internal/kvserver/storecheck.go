@@ -48,7 +48,10 @@ import (
 //     cannot show that, so it is checked on the message, before Raft sees
 //     it. The node then stops (Node.Failed) and marks the store damaged
 //     (the STORE-DAMAGED file), so that every later start is refused at
-//     once instead of taking part in elections with a log it lost.
+//     once instead of taking part in elections with a log it lost. A
+//     replica being removed is not checked: its removal stops it, then
+//     deletes its log, and a heartbeat that found it just before may read
+//     the deletion (CI stop 33 took that for damage).
 //
 // Every refusal is one *StoreDamagedError: one line naming the store, the
 // file where one is known, and what to do. The way back is to wipe the
@@ -430,6 +433,12 @@ func (n *Node) checkHeartbeatCommit(rr *rangeReplica, m *raftpb.Message) bool {
 	}
 	if m.Commit <= last {
 		return true
+	}
+	if rr.r.Stopped() {
+		// Being removed (removeReplica stops the replica before it deletes
+		// its log): the log read may be the deletion's, not damage. The
+		// message is dropped, as any message to a stopped replica.
+		return false
 	}
 	n.failStore(&StoreDamagedError{Dir: n.cfg.StoreDir, Problem: fmt.Sprintf(
 		"range r%d: its Raft leader n%d says log index %d is committed and was acknowledged here, but this store's Raft log ends at %d: "+

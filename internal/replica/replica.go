@@ -521,6 +521,18 @@ func (r *Replica) Start() {
 	r.scheduler.register(r)
 }
 
+// Stopped reports whether Stop has been called. A caller that reads the
+// replica's persisted state and then sees Stopped false knows that state
+// was not yet being deleted by a removal (which stops the replica first).
+func (r *Replica) Stopped() bool {
+	select {
+	case <-r.stopc:
+		return true
+	default:
+		return false
+	}
+}
+
 // Stop unregisters the replica and fails waiting callers: queued proposals
 // and reads with ErrStopped, proposals handed to Raft with ErrAmbiguous.
 // It waits until no worker is inside the replica's critical section (at
