@@ -37,7 +37,7 @@ func TestSimulation(t *testing.T) {
 			seeds = append(seeds, int64(i))
 		}
 	}
-	shared := 0
+	shared, lost, orphans := 0, 0, 0
 	for _, seed := range seeds {
 		w := newSimWorld(t, seed)
 		if err := w.run(); err != nil {
@@ -49,8 +49,18 @@ func TestSimulation(t *testing.T) {
 		if *simSeed != 0 || testing.Verbose() {
 			t.Logf("seed %d (%s): %d txns, %d committed, %d aborted by validation (%d parts refused as overloaded), %d given up by the client, %d crashes, %d steps; counts %+v",
 				seed, w.desc, len(w.txns), w.committed, w.abortedByValidation, w.overloaded, w.givenUp, w.crashes, w.steps, w.totalCounts())
+			if w.loss != nil {
+				t.Logf("seed %d: %s", seed, w.loss.summary())
+			}
 		}
 		shared += w.sharedRounds
+		if w.loss != nil {
+			lost += w.loss.lost
+			orphans += w.loss.readerAborts + w.loss.swept + w.loss.agedAborts
+		}
+	}
+	if len(seeds) >= 8 && (lost == 0 || orphans == 0) {
+		t.Errorf("lost part records: %d lost, %d orphaned parts ended: the rules of sim_records_test.go went untested", lost, orphans)
 	}
 	if len(seeds) >= 8 && shared == 0 {
 		t.Errorf("no seed took parts in a round of more than one: Check and ProposeChecked went untested")
@@ -125,6 +135,9 @@ type simWorld struct {
 	// parts checked in a round of more than one.
 	rounds       bool
 	sharedRounds int
+	// loss, if set, models lost part records and the rules that make them
+	// safe (sim_records_test.go).
+	loss *simLoss
 }
 
 type simMsg struct {
@@ -193,6 +206,10 @@ func newSimWorld(t *testing.T, seed int64) *simWorld {
 		// worlds stay as they were.
 		rounds: seed%4 >= 2,
 	}
+	if seed%3 == 0 {
+		w.loss = newSimLoss(seed)
+		w.crashesMax = 3 + w.crashesMax*2
+	}
 	nKeys := 4*nNodes + rng.Intn(30)
 	for i := 0; i < nKeys; i++ {
 		k := fmt.Sprintf("k%d", i)
@@ -201,6 +218,9 @@ func newSimWorld(t *testing.T, seed int64) *simWorld {
 	}
 	w.desc = fmt.Sprintf("tree %s, %s, batch %d/%v node batch %d/%v, %d keys, %d%% local, %d crashes max, parts in rounds %v",
 		tree, variant, cfg.ValidatorBatch.SizeMax, cfg.ValidatorBatch.Timeout, cfg.NodeBatch.SizeMax, cfg.NodeBatch.Timeout, nKeys, w.localPct, w.crashesMax, w.rounds)
+	if w.loss != nil {
+		w.desc += ", " + w.loss.String()
+	}
 	for _, n := range ids {
 		w.nodes[n] = &simNode{id: n, versions: map[string][]simVersion{}, intents: map[string]TxnID{}, parts: map[TxnID]PartResult{}, writes: map[TxnID][]string{}}
 	}
@@ -262,11 +282,11 @@ func (w *simWorld) process(v *Validator) error {
 			n.parts[pr.Part.Txn] = pr
 		}
 		for _, d := range rd.Decisions {
-			if old, ok := w.status[d.Txn]; ok && old != d {
-				return fmt.Errorf("I1: txn %d decided %v, then %v", d.Txn, old, d)
+			if err := w.persist(d); err != nil {
+				return err
 			}
-			w.status[d.Txn] = d
 		}
+		w.patch(&rd)
 		for _, m := range rd.Messages {
 			w.tracef("%s sends %v", vname(v.ID()), m)
 			switch m.Kind {
@@ -285,7 +305,7 @@ func (w *simWorld) process(v *Validator) error {
 			w.resolve(w.nodes[leafNode], d)
 		}
 		for _, txn := range rd.Lookups {
-			if d, ok := w.status[txn]; ok {
+			if d, ok := w.lookup(txn); ok {
 				w.tracef("%s looks up txn %d: %v", vname(v.ID()), txn, d)
 				v.Decided(d)
 			}
@@ -339,6 +359,7 @@ func (w *simWorld) resolve(n *simNode, d Decision) {
 func (w *simWorld) propose(n *simNode, p Part) error {
 	leaf, _ := w.tree.Leaf(n.id)
 	v := w.vals[leaf]
+	w.storageCheck(n, &p)
 	if err := v.Propose(p); errors.Is(err, ErrOverloaded) {
 		w.overloaded++ // the leaf aborted the transaction (Ready has it)
 		w.tracef("node %d refuses txn %d: %v", n.id, p.Txn, err)
@@ -415,8 +436,9 @@ func (w *simWorld) proposeRound(n *simNode, k linkKey, first Part) error {
 		w.sharedRounds += len(parts)
 	}
 	oks := make([]bool, len(parts))
-	for i, p := range parts {
-		oks[i] = v.Check(p)
+	for i := range parts {
+		w.storageCheck(n, &parts[i])
+		oks[i] = v.Check(parts[i])
 	}
 	for i, p := range parts {
 		w.tracef("node %d takes txn %d's part (round of %d, checked %v)", n.id, p.Txn, len(parts), oks[i])
@@ -500,6 +522,9 @@ func (w *simWorld) stepTxn(txn *simTxn) {
 			return // node down: try later
 		}
 		if other, ok := n.intents[k]; ok && other != txn.id {
+			if w.readerMeets(n, other) {
+				return // read again at the next step
+			}
 			// 3.2.2: a read of a tentative version waits until it is final
 			// or discarded; give up after a while (client-side abort).
 			txn.waits++
@@ -568,6 +593,9 @@ func (w *simWorld) deliver(k linkKey) error {
 		if w.vals[leaf] == nil {
 			return nil // node down: the client's request waits (it retries)
 		}
+		if w.fenced(n, w.vals[leaf]) {
+			return nil // the restarted leaf's fence: the request waits
+		}
 		w.links[k] = w.links[k][1:]
 		if w.rounds {
 			return w.proposeRound(n, k, *sm.part)
@@ -629,6 +657,9 @@ func (w *simWorld) restart(id ValidatorID) error {
 	var rec Recovery
 	if w.tree.IsLeaf(id) {
 		n := w.nodes[w.tree.Node(id)]
+		if w.loss != nil {
+			w.loseRecords(n)
+		}
 		// Parts decided meanwhile are resolved from the status table; the
 		// floors come from a fresh oracle timestamp and the node's state.
 		rec.ClockFloor = w.oracle()
@@ -678,7 +709,9 @@ func (w *simWorld) quiescent() bool {
 		if !txn.done {
 			return false
 		}
-		if txn.committed {
+		if txn.committed && w.loss == nil {
+			// (With lost records, a transaction whose every part lost its
+			// record has no decision: its intents are swept.)
 			if _, ok := w.status[txn.id]; !ok {
 				return false
 			}
@@ -699,6 +732,7 @@ func (w *simWorld) run() error {
 	for step := 0; step < stepsMax; step++ {
 		if w.quiescent() {
 			w.steps = step
+			w.sweep()
 			return nil
 		}
 		// Restarts count down.
@@ -737,7 +771,11 @@ func (w *simWorld) run() error {
 			}
 		case r < 86 && w.crashes < w.crashesMax && len(w.txns) < w.txnsMax:
 			id := ValidatorID(w.rng.Intn(w.tree.Size()))
-			if w.vals[id] != nil {
+			ok := true
+			if w.loss != nil {
+				id, ok = w.leafToLose(id)
+			}
+			if ok && w.vals[id] != nil {
 				w.crash(id)
 			}
 		default:
