@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
 	"github.com/canopy-db/canopy/internal/txnstatus"
 )
 
@@ -110,9 +111,24 @@ func (db *DB) LookupTxns(ctx context.Context, startTss []uint64) (map[uint64]uin
 	return m, publicError(err)
 }
 
-// ResolveTxnIntents resolves the intents of the transaction startTs at the
-// logical keys ks: committed at commitTs, or removed (commitTs 0), in
-// batches per range.
-func (db *DB) ResolveTxnIntents(ctx context.Context, startTs, commitTs uint64, ks [][]byte) error {
-	return publicError(db.resolveKeys(ctx, startTs, commitTs, ks))
+// TxnIntents names a decided transaction's intents: those of StartTs at
+// the logical keys Keys, to commit at CommitTs, or to remove (CommitTs 0).
+type TxnIntents struct {
+	StartTs, CommitTs uint64
+	Keys              [][]byte
+}
+
+// ResolveTxnIntents resolves the intents of several decided transactions
+// together: one request per range for all of them (in batches of at most
+// Options.ResolveBatchKeysMax keys), so one Raft proposal per range
+// instead of one per transaction and range.
+func (db *DB) ResolveTxnIntents(ctx context.Context, ts []TxnIntents) error {
+	var reqs []*rpcpb.RequestUnion
+	for _, t := range ts {
+		for _, k := range t.Keys {
+			reqs = append(reqs, &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_ResolveIntent{ResolveIntent: &rpcpb.ResolveIntentRequest{
+				Key: k, TxnStart: t.StartTs, CommitTs: t.CommitTs}}})
+		}
+	}
+	return publicError(db.resolveRequests(ctx, reqs))
 }

@@ -484,14 +484,12 @@ func (l *hierLoop) patch(rd *hierarchy.Ready) {
 
 // resolve ends this node's parts: the answering Commit learns the
 // decision, and the parts' intents are resolved (committed at the
-// decision's timestamp, or removed), the transactions in parallel; the
-// loop waits for them, so that the next part on those keys finds them
-// resolved.
+// decision's timestamp, or removed), all of the Ready's transactions in
+// one request per range (one Raft proposal each); the loop waits for it,
+// so that the next part on those keys finds them resolved.
 func (l *hierLoop) resolve(ds []hierarchy.Decision) {
-	ctx, cancel := context.WithTimeout(l.rt.n.stopCtx, l.rt.n.cfg.RequestTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
 	var forget []hierarchy.TxnID
+	var intents []client.TxnIntents
 	for _, d := range ds {
 		l.rt.notify(d)
 		if l.recorded[d.Txn] {
@@ -500,27 +498,31 @@ func (l *hierLoop) resolve(ds []hierarchy.Decision) {
 		}
 		ks := l.parts[d.Txn]
 		delete(l.parts, d.Txn)
-		if len(ks) == 0 {
-			continue
+		if len(ks) > 0 {
+			intents = append(intents, txnIntents(d, ks))
 		}
-		commitTs := uint64(0)
-		if d.Commit {
-			commitTs = d.TS
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := l.rt.db.ResolveTxnIntents(ctx, uint64(d.Txn), commitTs, ks); err != nil {
-				// Readers resolve them by the status table meanwhile.
-				l.rt.n.log.Warn("hierarchy: resolving intents failed", "txn", d.Txn, "err", err)
-			}
-		}()
 	}
-	wg.Wait()
+	if len(intents) > 0 {
+		ctx, cancel := context.WithTimeout(l.rt.n.stopCtx, l.rt.n.cfg.RequestTimeout)
+		if err := l.rt.db.ResolveTxnIntents(ctx, intents); err != nil {
+			// Readers resolve them by the status table meanwhile.
+			l.rt.n.log.Warn("hierarchy: resolving intents failed", "transactions", len(intents), "err", err)
+		}
+		cancel()
+	}
 	// Queued after the record's write: the writer keeps the order.
 	for _, t := range forget {
 		l.rt.records.queue(recordOp{txn: t})
 	}
+}
+
+// txnIntents is what resolves d's intents at ks.
+func txnIntents(d hierarchy.Decision, ks [][]byte) client.TxnIntents {
+	t := client.TxnIntents{StartTs: uint64(d.Txn), Keys: ks}
+	if d.Commit {
+		t.CommitTs = d.TS
+	}
+	return t
 }
 
 // lookup reads the status table for overdue parts: a decided one is

@@ -405,17 +405,17 @@ func (rt *hierRuntime) endRecovered(ctx context.Context, plan recoveryPlan) erro
 			return fmt.Errorf("hierarchy: recovering part records: aborting %d: %w", len(plan.abort), err)
 		}
 	}
+	var intents []client.TxnIntents
 	for _, d := range resolve {
-		commitTs := uint64(0)
-		if d.Commit {
-			commitTs = d.TS
-		}
 		if ws := plan.writes[d.Txn]; len(ws) > 0 {
-			if err := rt.db.ResolveTxnIntents(ctx, uint64(d.Txn), commitTs, ws); err != nil {
-				// Readers resolve them by the status table meanwhile.
-				rt.n.log.Warn("hierarchy: resolving a recovered part's intents failed", "txn", d.Txn, "err", err)
-			}
+			intents = append(intents, txnIntents(d, ws))
 		}
+	}
+	if err := rt.db.ResolveTxnIntents(ctx, intents); err != nil {
+		// Readers resolve them by the status table meanwhile.
+		rt.n.log.Warn("hierarchy: resolving recovered parts' intents failed", "transactions", len(intents), "err", err)
+	}
+	for _, d := range resolve {
 		rt.records.queue(recordOp{txn: d.Txn})
 	}
 	return nil
