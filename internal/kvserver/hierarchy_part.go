@@ -66,9 +66,10 @@ func (n *Node) replicaForKey(k []byte) *rangeReplica {
 //     floor and admit the part (ProposeChecked: its timestamp, holds,
 //     vote).
 //  5. If the leaf passed it (a pending distributed part, or a committing
-//     local transaction), its writes become intents, one Raft write per
-//     range, each releasing that range's latches once applied; the other
-//     latches are released. The vote (or decision) is in the Ready left
+//     local transaction), its writes become intents: one Raft write per
+//     range for all the round's parts that write there, each releasing
+//     those parts' latches on that range once applied; the other latches
+//     are released. The vote (or decision) is in the Ready left
 //     for carryOut, so it leaves only after the intents are durable.
 
 // preparedPart is a part through steps 1-4 (above), holding its
@@ -233,26 +234,15 @@ func (pp *preparedPart) release() {
 }
 
 // finishParts is step 5 (above) for prepared parts taken in order:
-// their intents are written concurrently (concurrent proposals share
-// Raft's batched appends), every latch is released, and their Readies are
-// left, in order, for carryOut.
+// their intents are written (writeIntents), every latch is released, and
+// their Readies are left, in order, for carryOut.
 func (l *hierLoop) finishParts(pps []*preparedPart) {
-	failures := make([]*rpcpb.Error, len(pps))
-	var wg sync.WaitGroup
-	ctx, cancel := context.WithTimeout(l.rt.n.stopCtx, l.rt.n.cfg.RequestTimeout)
-	defer cancel()
-	for i, pp := range pps {
-		if !pp.passed || len(pp.in.req.Writes) == 0 {
-			continue
+	for _, pp := range pps {
+		if pp.passed && len(pp.in.req.Writes) > 0 {
+			l.parts[pp.txn] = pp.writeKeys
 		}
-		l.parts[pp.txn] = pp.writeKeys
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			failures[i] = l.writeIntents(ctx, pp.in.req, pp.groups, pp.order)
-		}()
 	}
-	wg.Wait()
+	failures := l.writeIntents(pps)
 	l.recordParts(pps, failures)
 	for i, pp := range pps {
 		pp.release()
@@ -288,42 +278,80 @@ func (l *hierLoop) finishParts(pps []*preparedPart) {
 	}
 }
 
-// writeIntents writes a passed part's writes as intents, one Raft write
-// per range, the ranges in parallel; each write releases its range's
-// latches once applied (writeLatched). It returns the first error.
-func (l *hierLoop) writeIntents(ctx context.Context, req *rpcpb.HierCommitRequest, groups map[uint64]*partRange, order []uint64) *rpcpb.Error {
-	n := l.rt.n
-	meta := &rpcpb.TxnMeta{StartTs: req.StartTs, HeartbeatKey: keys.HeartbeatKey(req.StartTs)}
-	var mu sync.Mutex
-	var first *rpcpb.Error
-	var wg sync.WaitGroup
-	for _, id := range order {
-		g := groups[id]
-		if len(g.writes) == 0 {
+// writeIntents writes the passed parts' writes as intents: for each
+// range, one command with the writes of every part of the round that
+// writes there (each PutIntent under its own transaction), the ranges in
+// parallel. A round's parts have disjoint keys (hierLoop.round), so one
+// command for them all applies what separate ones would, with one
+// proposal and one apply instead of one per part. Each command releases
+// its parts' latches on that range once applied (writeLatched). It
+// returns each part's first error: a command that fails fails every part
+// in it.
+func (l *hierLoop) writeIntents(pps []*preparedPart) []*rpcpb.Error {
+	type rangeCmd struct {
+		g      *partRange // the first part's, for the replica and term
+		b      *rpcpb.BatchRequest
+		guards []*concurrency.LatchGuard
+		parts  []int
+	}
+	var cmds []*rangeCmd
+	byRange := map[[2]uint64]*rangeCmd{}
+	for i, pp := range pps {
+		if !pp.passed || len(pp.in.req.Writes) == 0 {
 			continue
 		}
-		b := &rpcpb.BatchRequest{RangeId: id}
-		for _, w := range g.writes {
-			b.Requests = append(b.Requests, &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PutIntent{PutIntent: &rpcpb.PutIntentRequest{
-				Key: w.Key, Value: w.Value, Delete: w.Delete, Txn: meta}}})
+		meta := &rpcpb.TxnMeta{StartTs: pp.in.req.StartTs, HeartbeatKey: keys.HeartbeatKey(pp.in.req.StartTs)}
+		for _, id := range pp.order {
+			g := pp.groups[id]
+			if len(g.writes) == 0 {
+				continue
+			}
+			// By term too: a part checked under another term (the lease
+			// moved during the round) must fail on its own.
+			c := byRange[[2]uint64{id, g.term}]
+			if c == nil {
+				c = &rangeCmd{g: g, b: &rpcpb.BatchRequest{RangeId: id}}
+				byRange[[2]uint64{id, g.term}] = c
+				cmds = append(cmds, c)
+			}
+			for _, w := range g.writes {
+				c.b.Requests = append(c.b.Requests, &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_PutIntent{PutIntent: &rpcpb.PutIntentRequest{
+					Key: w.Key, Value: w.Value, Delete: w.Delete, Txn: meta}}})
+			}
+			c.guards = append(c.guards, g.g)
+			g.g = nil // writeLatched releases it
+			c.parts = append(c.parts, i)
 		}
-		lg := g.g
-		g.g = nil // writeLatched releases it
+	}
+	failures := make([]*rpcpb.Error, len(pps))
+	if len(cmds) == 0 {
+		return failures
+	}
+	n := l.rt.n
+	ctx, cancel := context.WithTimeout(n.stopCtx, n.cfg.RequestTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, c := range cmds {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp := n.writeLatched(ctx, g.rr, b, g.term, g.rr.lockTable(g.term), lg, nil)
-			if resp.Error != nil {
-				mu.Lock()
-				if first == nil {
-					first = resp.Error
+			rr := c.g.rr
+			resp := n.writeLatched(ctx, rr, c.b, c.g.term, rr.lockTable(c.g.term), nil, c.guards...)
+			if resp.Error == nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, i := range c.parts {
+				if failures[i] == nil {
+					failures[i] = resp.Error
 				}
-				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	return first
+	return failures
 }
 
 // recordParts queues the part records (hierarchy_record.go) of the

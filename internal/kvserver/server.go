@@ -266,17 +266,22 @@ func (n *Node) writeOnceChecked(ctx context.Context, rr *rangeReplica, req *rpcp
 	if err != nil {
 		return fail(pbErr(rpcpb.ErrorCode_UNAVAILABLE, "waiting for latches: %v", err))
 	}
-	return n.writeLatched(ctx, rr, req, term, locks, g, check)
+	return n.writeLatched(ctx, rr, req, term, locks, check, g)
 }
 
-// writeLatched is writeOnce once the latches g (covering req's spans) are
-// held, in Raft term term. It owns g: it releases it when the command has
-// applied here or is known never to apply (the hierarchy's part writes
-// take their latches before they validate, hierarchy_part.go).
-func (n *Node) writeLatched(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest, term uint64, locks *concurrency.LockTable, g *concurrency.LatchGuard,
-	check func(*concurrency.LockTable) *rpcpb.Error) *rpcpb.BatchResponse {
+// writeLatched is writeOnce once the latches gs (together covering req's
+// spans) are held, in Raft term term. It owns gs: it releases them when
+// the command has applied here or is known never to apply (the
+// hierarchy's part writes take their latches before they validate, and a
+// round's parts share one command: hierarchy_part.go).
+func (n *Node) writeLatched(ctx context.Context, rr *rangeReplica, req *rpcpb.BatchRequest, term uint64, locks *concurrency.LockTable,
+	check func(*concurrency.LockTable) *rpcpb.Error, gs ...*concurrency.LatchGuard) *rpcpb.BatchResponse {
 	fail := func(e *rpcpb.Error) *rpcpb.BatchResponse { return &rpcpb.BatchResponse{Error: e} }
-	release := func() { rr.latches.Release(g) }
+	release := func() {
+		for _, g := range gs {
+			rr.latches.Release(g)
+		}
+	}
 	// Tracked from before its timestamp (and its evaluation) until it has
 	// applied or never will: the range's closed timestamp stays below it
 	// (feed.go).
