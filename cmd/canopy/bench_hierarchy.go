@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/canopy-db/canopy/internal/hierarchy"
 	"github.com/canopy-db/canopy/internal/kvserver"
 	"github.com/canopy-db/canopy/internal/rpc/rpcpb"
+	"github.com/canopy-db/canopy/internal/storage"
 	"github.com/canopy-db/canopy/internal/testcluster"
 )
 
@@ -58,6 +60,8 @@ type benchHierarchyOptions struct {
 	shares []float64
 	// rounds: repetitions of the whole sequence of points.
 	rounds int
+	// compact: compact every node's store after the load.
+	compact bool
 	// think: the clients' mean pause between transactions (0: none).
 	think time.Duration
 	// cpuProfile: where to write a CPU profile of the points.
@@ -150,6 +154,7 @@ Every point is bounded by --warmup + --duration, the whole run by --run-max.`,
 	f.IntVar(&o.rf, "replication-factor", 1, "replicas per range (the thesis: 1, no replication)")
 	f.IntVar(&o.dbConns, "db-conns", 8, "client connections (client.DB) the clients share")
 	f.IntVar(&o.loadPar, "load-parallel", 64, "parallel writers of the load")
+	f.BoolVar(&o.compact, "compact", true, "compact every node's store after the load, so that no point shares the cores with the load's compactions (which stalled writes for seconds at 800,000 objects)")
 	f.DurationVar(&o.runMax, "run-max", 30*time.Minute, "bound on the whole run")
 	f.DurationVar(&o.readyMax, "ready-max", 2*time.Minute, "bound on each cluster's start-up")
 	f.DurationVar(&o.raftTick, "raft-tick", 100*time.Millisecond, "Raft tick of the nodes (canopy start's default)")
@@ -529,6 +534,17 @@ func startHierarchySystem(ctx context.Context, o benchHierarchyOptions, s hierbe
 		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "\r%s: loaded in %v\n", s.Name, time.Since(start).Round(time.Second))
+	if o.compact {
+		start := time.Now()
+		for i := 0; i < hierbench.Nodes; i++ {
+			fmt.Fprintf(os.Stderr, "\r%s: compacting store %d of %d...", s.Name, i+1, hierbench.Nodes)
+			if err := compactStore(ctx, c.Node(i).Engine()); err != nil {
+				run.close()
+				return nil, fmt.Errorf("compacting n%d's store: %w", c.Node(i).NodeID(), err)
+			}
+		}
+		fmt.Fprintf(os.Stderr, "\r%s: compacted in %v          \n", s.Name, time.Since(start).Round(time.Second))
+	}
 	run.runner = &hierbench.Runner{DBs: dbs, Delayer: run.delayer, Keys: k, Seed: o.seed, Disjoint: o.disjoint, Think: o.think}
 	return run, nil
 }
@@ -580,4 +596,14 @@ func (l linkHeld) mean(before linkHeld) time.Duration {
 		return (l.held - before.held) / time.Duration(n)
 	}
 	return 0
+}
+
+// compactStore flushes eng's memtable and compacts its whole key space into
+// the bottom level.
+func compactStore(ctx context.Context, eng *storage.Engine) error {
+	db := eng.DB()
+	if err := db.Flush(); err != nil {
+		return err
+	}
+	return db.Compact(ctx, []byte{}, bytes.Repeat([]byte{0xff}, 16), true)
 }
