@@ -59,15 +59,14 @@ func newSimLoss(seed int64) *simLoss {
 	rng := rand.New(rand.NewSource(seed + 1_000_003))
 	ageMax := time.Duration(30+rng.Intn(120)) * time.Millisecond
 	ttl := ageMax/2 + time.Duration(rng.Int63n(int64(ageMax)*3/2))
-	return &simLoss{
-		pct:        30 + rng.Intn(61),
-		ageMax:     ageMax,
-		ttl:        ttl,
-		fence:      ageMax + time.Millisecond,
-		fenceUntil: map[NodeID]time.Duration{},
-		fenceOpen:  map[NodeID]bool{},
-		decidedBy:  map[TxnID]string{},
-	}
+	return newLoss(30+rng.Intn(61), ageMax, ttl)
+}
+
+// newLoss is a loss model with these parameters; the fence is ageMax and
+// a millisecond.
+func newLoss(pct int, ageMax, ttl time.Duration) *simLoss {
+	return &simLoss{pct: pct, ageMax: ageMax, ttl: ttl, fence: ageMax + time.Millisecond,
+		fenceUntil: map[NodeID]time.Duration{}, fenceOpen: map[NodeID]bool{}, decidedBy: map[TxnID]string{}}
 }
 
 func (l *simLoss) String() string {
@@ -405,21 +404,11 @@ func newScriptWorld(t *testing.T) *simWorld {
 		vals: map[ValidatorID]*Validator{}, down: map[ValidatorID]int{}, nodes: map[NodeID]*simNode{},
 		status: map[TxnID]Decision{}, links: map[linkKey][]simMsg{}, byID: map[TxnID]*simTxn{},
 		keyNode: map[string]NodeID{"r": 1, "m": 2}, keys: []string{"r", "m"},
-		loss: &simLoss{pct: 100, ageMax: time.Second, ttl: time.Hour, fence: time.Second + time.Millisecond,
-			fenceUntil: map[NodeID]time.Duration{}, fenceOpen: map[NodeID]bool{}, decidedBy: map[TxnID]string{}},
+		loss: newLoss(100, time.Second, time.Hour),
 	}
-	for _, n := range []NodeID{1, 2} {
-		w.nodes[n] = &simNode{id: n, versions: map[string][]simVersion{}, intents: map[string]TxnID{}, parts: map[TxnID]PartResult{}, writes: map[TxnID][]string{}}
-	}
-	for id := 0; id < tree.Size(); id++ {
-		c := cfg
-		c.ID = ValidatorID(id)
-		v, err := New(c, Recovery{})
-		if err != nil {
-			t.Fatal(err)
-		}
+	w.start([]NodeID{1, 2})
+	for _, v := range w.vals {
 		v.Tick(w.now)
-		w.vals[c.ID] = v
 	}
 	w.txnsMax = 0
 	return w

@@ -221,19 +221,25 @@ func newSimWorld(t *testing.T, seed int64) *simWorld {
 	if w.loss != nil {
 		w.desc += ", " + w.loss.String()
 	}
+	w.start(ids)
+	return w
+}
+
+// start makes the world's data nodes ids and a fresh validator for every
+// vertex of its tree.
+func (w *simWorld) start(ids []NodeID) {
 	for _, n := range ids {
 		w.nodes[n] = &simNode{id: n, versions: map[string][]simVersion{}, intents: map[string]TxnID{}, parts: map[TxnID]PartResult{}, writes: map[TxnID][]string{}}
 	}
-	for id := 0; id < tree.Size(); id++ {
-		c := cfg
+	for id := 0; id < w.tree.Size(); id++ {
+		c := w.cfg
 		c.ID = ValidatorID(id)
 		v, err := New(c, Recovery{})
 		if err != nil {
-			t.Fatal(err)
+			w.t.Fatal(err)
 		}
 		w.vals[c.ID] = v
 	}
-	return w
 }
 
 func (w *simWorld) tracef(format string, args ...any) {
