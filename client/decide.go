@@ -125,10 +125,7 @@ type TxnIntents struct {
 func (db *DB) ResolveTxnIntents(ctx context.Context, ts []TxnIntents) error {
 	var reqs []*rpcpb.RequestUnion
 	for _, t := range ts {
-		for _, k := range t.Keys {
-			reqs = append(reqs, &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_ResolveIntent{ResolveIntent: &rpcpb.ResolveIntentRequest{
-				Key: k, TxnStart: t.StartTs, CommitTs: t.CommitTs}}})
-		}
+		reqs = t.requests(reqs)
 	}
 	return publicError(db.resolveRequests(ctx, reqs))
 }

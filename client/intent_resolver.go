@@ -230,12 +230,16 @@ func (db *DB) awaitDecision(ctx context.Context, ft *foreignTxn, w waiter) (deci
 // resolveKeys resolves the intents of startTs at ks to commitTs (0:
 // aborted).
 func (db *DB) resolveKeys(ctx context.Context, startTs, commitTs uint64, ks [][]byte) error {
-	reqs := make([]*rpcpb.RequestUnion, len(ks))
-	for i, k := range ks {
-		reqs[i] = &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_ResolveIntent{ResolveIntent: &rpcpb.ResolveIntentRequest{
-			Key: k, TxnStart: startTs, CommitTs: commitTs}}}
+	return db.resolveRequests(ctx, TxnIntents{StartTs: startTs, CommitTs: commitTs, Keys: ks}.requests(nil))
+}
+
+// requests appends to reqs the ResolveIntent requests of t's keys.
+func (t TxnIntents) requests(reqs []*rpcpb.RequestUnion) []*rpcpb.RequestUnion {
+	for _, k := range t.Keys {
+		reqs = append(reqs, &rpcpb.RequestUnion{Value: &rpcpb.RequestUnion_ResolveIntent{ResolveIntent: &rpcpb.ResolveIntentRequest{
+			Key: k, TxnStart: t.StartTs, CommitTs: t.CommitTs}}})
 	}
-	return db.resolveRequests(ctx, reqs)
+	return reqs
 }
 
 // resolveRequests sends ResolveIntent requests in batches of at most
