@@ -76,6 +76,11 @@ func Refresh(r storage.Reader, start, end []byte, fromTs, toTs, txnStart Timesta
 				return &ReadConflictError{Key: k, Ts: ts}
 			}
 		}
+		if len(end) == 0 {
+			// The single key is checked: stepping past its older
+			// versions would only reach the iterator's bound.
+			return nil
+		}
 		seekPastKey(it, prefix)
 	}
 	if err := it.Error(); err != nil {
