@@ -291,8 +291,9 @@ func runBenchHierarchy(ctx context.Context, o benchHierarchyOptions, command str
 					}
 					for _, p := range ps {
 						p.Round = round
-						fmt.Fprintf(os.Stderr, "%s, %d clients, share %.2f, %s: %.1f txn/s, mean %.1f ms, p99 %.1f ms\n",
-							r.system.Name, n, share, p.Class, p.Throughput(), hierbench.Ms(p.Mean), hierbench.Ms(p.P99))
+						fmt.Fprintf(os.Stderr, "%s, %d clients, share %.2f, %s: %.1f txn/s, mean %.1f ms, p99 %.1f ms (each phase's own p99, before/body/commit: %.1f/%.1f/%.1f ms)\n",
+							r.system.Name, n, share, p.Class, p.Throughput(), hierbench.Ms(p.Mean), hierbench.Ms(p.P99),
+							hierbench.Ms(p.P99Before), hierbench.Ms(p.P99Body), hierbench.Ms(p.P99Commit))
 						byPoint[i] = append(byPoint[i], p)
 					}
 				}

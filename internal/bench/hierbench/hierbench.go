@@ -320,6 +320,10 @@ type Point struct {
 	// backoff); the body (8 reads, each followed by a write the protocol
 	// buffers or sends); the commit.
 	MeanBefore, MeanBody, MeanCommit time.Duration
+	// P99Before, P99Body and P99Commit are each phase's own 99th
+	// percentile (of different transactions, so they do not add up to
+	// P99): which phase a tail comes from.
+	P99Before, P99Body, P99Commit time.Duration
 	// AbortedAttempts: attempts that aborted and were retried, of the
 	// transactions committed in the window.
 	AbortedAttempts int64
@@ -509,8 +513,10 @@ func txnOf(ctx context.Context, db *client.DB, k Keyspace, from objects, rng *ra
 // classStats is what one class of transaction recorded in a point.
 type classStats struct {
 	lats []time.Duration
-	// phases sums the phases of the transactions of lats.
-	phases  phases
+	// phases sums the phases of the transactions of lats; phaseLats
+	// holds each phase of each of them (before, body, commit).
+	phases    phases
+	phaseLats [3][]time.Duration
 	retries int64
 	// failed counts the class's transactions that gave up (any time,
 	// warm-up included, without mu).
@@ -585,6 +591,9 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 					cs.phases.before += ph.before
 					cs.phases.body += ph.body
 					cs.phases.commit += ph.commit
+					for i, d := range []time.Duration{ph.before, ph.body, ph.commit} {
+						cs.phaseLats[i] = append(cs.phaseLats[i], d)
+					}
 					cs.retries += int64(attempts - 1)
 					mu.Unlock()
 				}
@@ -646,6 +655,9 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 		p.Mean, p.P99 = meanP99(c.cs.lats)
 		if n := time.Duration(len(c.cs.lats)); n > 0 {
 			p.MeanBefore, p.MeanBody, p.MeanCommit = c.cs.phases.before/n, c.cs.phases.body/n, c.cs.phases.commit/n
+			_, p.P99Before = meanP99(c.cs.phaseLats[0])
+			_, p.P99Body = meanP99(c.cs.phaseLats[1])
+			_, p.P99Commit = meanP99(c.cs.phaseLats[2])
 		}
 		out = append(out, p)
 	}

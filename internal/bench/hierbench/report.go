@@ -215,7 +215,7 @@ func WriteShareRatios(w io.Writer, rs []ShareRatio, tolerance float64) {
 }
 
 var csvHeader = []string{"system", "batch", "clients", "distributed_share", "class", "round", "txns", "seconds", "txn_per_s", "mean_ms", "p99_ms",
-	"aborted_attempts", "failed", "rpcs_per_txn", "protocol_messages_per_txn", "protocol_steps_per_txn", "one_way_delay_ms", "fenced_s", "resent", "forgotten", "objects", "think_ms", "cpu_cores", "client_delay_ms", "link_delay_ms", "mean_before_ms", "mean_body_ms", "mean_commit_ms", "machine"}
+	"aborted_attempts", "failed", "rpcs_per_txn", "protocol_messages_per_txn", "protocol_steps_per_txn", "one_way_delay_ms", "fenced_s", "resent", "forgotten", "objects", "think_ms", "cpu_cores", "client_delay_ms", "link_delay_ms", "mean_before_ms", "mean_body_ms", "mean_commit_ms", "p99_before_ms", "p99_body_ms", "p99_commit_ms", "machine"}
 
 // WriteCSV writes the points, each row naming the machine.
 func WriteCSV(path, machine string, points []Point) error {
@@ -236,7 +236,8 @@ func WriteCSV(path, machine string, points []Point) error {
 			strconv.FormatInt(p.AbortedAttempts, 10), strconv.FormatInt(p.Failed, 10), fmt.Sprintf("%.2f", p.RPCsPerTxn),
 			fmt.Sprintf("%.2f", p.ProtocolMessagesPerTxn), fmt.Sprintf("%.3f", p.ProtocolStepsPerTxn), fmt.Sprintf("%.3f", p.OneWayMs), fmt.Sprintf("%.1f", p.Fenced.Seconds()),
 			strconv.FormatInt(p.Resent, 10), strconv.FormatInt(p.Forgotten, 10), p.objectsName(), fmt.Sprintf("%.3f", Ms(p.Think)), fmt.Sprintf("%.3f", p.CPU), fmt.Sprintf("%.3f", Ms(p.ClientDelay)), fmt.Sprintf("%.3f", Ms(p.LinkDelay)),
-			fmt.Sprintf("%.3f", Ms(p.MeanBefore)), fmt.Sprintf("%.3f", Ms(p.MeanBody)), fmt.Sprintf("%.3f", Ms(p.MeanCommit)), machine})
+			fmt.Sprintf("%.3f", Ms(p.MeanBefore)), fmt.Sprintf("%.3f", Ms(p.MeanBody)), fmt.Sprintf("%.3f", Ms(p.MeanCommit)),
+			fmt.Sprintf("%.3f", Ms(p.P99Before)), fmt.Sprintf("%.3f", Ms(p.P99Body)), fmt.Sprintf("%.3f", Ms(p.P99Commit)), machine})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
