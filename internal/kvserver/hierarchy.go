@@ -63,6 +63,13 @@ const (
 	// hierOverridesMax bounds a loop's memory of decisions that came out
 	// otherwise than the core made them (status table answers).
 	hierOverridesMax = 1 << 16
+	// hierRecordingMax bounds an inner validator's batches of decisions
+	// being written to the status table at once (hierLoop.send); a loop
+	// that would start one more waits.
+	hierRecordingMax = 8
+	// hierSendQueueMax bounds an inner validator's Readies waiting for
+	// their turn to leave (hierLoop.send).
+	hierSendQueueMax = 256
 )
 
 // hierRuntime is a node's share of the validator tree.

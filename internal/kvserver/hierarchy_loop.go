@@ -30,6 +30,17 @@ import (
 //     that the next part on those keys finds them resolved);
 //  4. lookups read the status table for overdue parts, and abort those
 //     older than HierarchyTxnAgeMax.
+//
+// An inner validator (no parts, no intents) does not wait for step 2: it
+// hands each Ready to its sender (send), which writes the Ready's
+// decisions while the loop goes on, several Readies' at once, and lets
+// each Ready's messages leave once its own decisions are durable and the
+// messages of every earlier Ready have left. So the contract's order
+// holds, and a decision no longer waits for the status writes of the
+// decisions made before it. A leaf still waits for its writes (intents,
+// resolutions): its votes may leave only after its parts' intents are
+// durable, and its waits are what batch its parts and votes
+// (docs/design-notes.md, "Decisions durable before anyone is told").
 type hierLoop struct {
 	rt   *hierRuntime
 	id   hierarchy.ValidatorID
@@ -59,6 +70,30 @@ type hierLoop struct {
 	// hierOverridesMax).
 	overrides     map[hierarchy.TxnID]hierarchy.Decision
 	overrideOrder []hierarchy.TxnID
+
+	// Inner validators only (nil at a leaf): Readies in the order the core
+	// made them, each with the write of its decisions started (send), for
+	// the sender goroutine (sendLoop), which then owns overrides and
+	// overrideOrder; recording holds a token per write in flight.
+	out       chan *outReady
+	recording chan struct{}
+	sendDone  chan struct{}
+}
+
+// outReady is a Ready on its way out of an inner validator (send).
+type outReady struct {
+	rd hierarchy.Ready
+	// done is closed once res holds the outcome of writing rd's decisions.
+	done chan struct{}
+	res  recorded
+}
+
+// recorded is what the status table answered for a list of decisions
+// (record).
+type recorded struct {
+	held     []client.TxnDecision
+	recorded []bool
+	err      error
 }
 
 type hierInput struct {
@@ -111,6 +146,12 @@ func (rt *hierRuntime) newLoop(id hierarchy.ValidatorID) (*hierLoop, error) {
 		}
 	}
 	v.Tick(rt.now())
+	if !l.leaf {
+		l.out = make(chan *outReady, hierSendQueueMax)
+		l.recording = make(chan struct{}, hierRecordingMax)
+		l.sendDone = make(chan struct{})
+		go l.sendLoop(rt.route)
+	}
 	go l.run()
 	return l, nil
 }
@@ -170,6 +211,13 @@ func (l *hierLoop) observe(ctx context.Context, ts uint64) error {
 
 func (l *hierLoop) run() {
 	defer close(l.done)
+	if l.out != nil {
+		// What the loop handed its sender still leaves (or fails) first.
+		defer func() {
+			close(l.out)
+			<-l.sendDone
+		}()
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -328,6 +376,12 @@ func (l *hierLoop) carryOut() {
 	for round := 0; round < 4 && (l.v.HasReady() || !l.acc.Empty()); round++ {
 		rd := mergeReady(l.acc, l.v.Ready())
 		l.acc = hierarchy.Ready{}
+		if !l.leaf {
+			// No parts, no resolutions: the sender does the rest.
+			l.send(rd)
+			l.lookup(rd.Lookups)
+			continue
+		}
 		// Parts: made durable with their intents in finishParts.
 		if !l.persist(rd.Decisions) {
 			// Not durable: nothing that depends on them may leave.
@@ -340,6 +394,40 @@ func (l *hierLoop) carryOut() {
 	}
 }
 
+// send hands an inner validator's Ready to its sender, first starting the
+// write of its decisions (at most hierRecordingMax at once: it waits for a
+// token).
+func (l *hierLoop) send(rd hierarchy.Ready) {
+	o := &outReady{rd: rd, done: make(chan struct{})}
+	if len(rd.Decisions) == 0 {
+		close(o.done)
+	} else {
+		l.recording <- struct{}{}
+		go func() {
+			defer func() { <-l.recording }()
+			o.res = l.record(rd.Decisions)
+			close(o.done)
+		}()
+	}
+	l.out <- o
+}
+
+// sendLoop is an inner validator's sender: the Readies in order, each once
+// its decisions' write is over, as a leaf's carryOut does them (overrides,
+// patch, then route, which is hierRuntime.route but in tests).
+func (l *hierLoop) sendLoop(route func([]hierarchy.Message)) {
+	defer close(l.sendDone)
+	for o := range l.out {
+		<-o.done
+		rd := o.rd
+		if !l.applyRecorded(rd.Decisions, o.res) {
+			rd.Messages, rd.Resolve = l.withoutUndecided(rd)
+		}
+		l.patch(&rd)
+		route(rd.Messages)
+	}
+}
+
 // persist records decisions in the status table; false if some could not
 // be written (those are taken out of the overrides as "undecided" by
 // withoutUndecided).
@@ -347,6 +435,13 @@ func (l *hierLoop) persist(ds []hierarchy.Decision) bool {
 	if len(ds) == 0 {
 		return true
 	}
+	return l.applyRecorded(ds, l.record(ds))
+}
+
+// record writes decisions to the status table (put-unless-exists) and
+// returns what it holds for them. It touches no loop state, so an inner
+// validator's sender runs several at once.
+func (l *hierLoop) record(ds []hierarchy.Decision) recorded {
 	want := make([]client.TxnDecision, len(ds))
 	for i, d := range ds {
 		c := d.Commit && !tooOld(d.Txn)
@@ -360,7 +455,16 @@ func (l *hierLoop) persist(ds []hierarchy.Decision) bool {
 	}
 	ctx, cancel := context.WithTimeout(l.rt.n.stopCtx, l.rt.n.cfg.RequestTimeout)
 	defer cancel()
-	held, recorded, err := l.rt.db.DecideTxns(ctx, want)
+	var r recorded
+	r.held, r.recorded, r.err = l.rt.db.DecideTxns(ctx, want)
+	return r
+}
+
+// applyRecorded takes what the status table holds for ds (record) into the
+// overrides: a decision not recorded is marked undecided, one held
+// otherwise is overridden. False if some were not recorded.
+func (l *hierLoop) applyRecorded(ds []hierarchy.Decision, r recorded) bool {
+	held, recorded, err := r.held, r.recorded, r.err
 	ok := true
 	for i, d := range ds {
 		if !recorded[i] {
