@@ -83,7 +83,8 @@ func TestSystems(t *testing.T) {
 func TestReport(t *testing.T) {
 	ps := []Point{
 		{System: "2pc-locking", Clients: 1, Txns: 100, Seconds: 10, Mean: 50 * time.Millisecond, P99: 90 * time.Millisecond, RPCsPerTxn: 27, ProtocolMessagesPerTxn: 32, ProtocolStepsPerTxn: 4,
-			MeanBefore: 5 * time.Millisecond, MeanBody: 25 * time.Millisecond, MeanCommit: 20 * time.Millisecond},
+			MeanBefore: 5 * time.Millisecond, MeanBody: 25 * time.Millisecond, MeanCommit: 20 * time.Millisecond,
+			P99Before: 7 * time.Millisecond, P99Body: 40 * time.Millisecond, P99Commit: 30 * time.Millisecond},
 		{System: "default", Clients: 1, Txns: 80, Seconds: 10, Mean: 60 * time.Millisecond, P99: 95 * time.Millisecond, RPCsPerTxn: 45},
 	}
 	var b bytes.Buffer
@@ -102,8 +103,8 @@ func TestReport(t *testing.T) {
 	if got := strings.Count(string(csv), "\n"); got != 3 {
 		t.Errorf("CSV has %d lines, want 3:\n%s", got, csv)
 	}
-	if !strings.Contains(string(csv), ",5.000,25.000,20.000,m\n") {
-		t.Errorf("CSV lacks the latency split of the first point:\n%s", csv)
+	if !strings.Contains(string(csv), ",5.000,25.000,20.000,7.000,40.000,30.000,m\n") {
+		t.Errorf("CSV lacks the latency split (means, then each phase's p99) of the first point:\n%s", csv)
 	}
 	for _, a := range []Axis{AxisClients, AxisBatch, AxisShare} {
 		if err := WritePlot(filepath.Join(dir, "h.png"), "t", "m", ps, a); err != nil {
