@@ -26,7 +26,9 @@ import (
 //   - hierarchy_loop.go: one goroutine per hosted validator, owning the
 //     core's Validator and carrying out each Ready (decisions durable in
 //     the status table before any message leaves, then messages, then
-//     intent resolution, then status lookups);
+//     intent resolution, then status lookups); an inner validator's
+//     status writes and messages are done by its sender goroutine, in
+//     order, while its loop goes on;
 //   - hierarchy_part.go: a part taken by the leaf: latches, the lease
 //     check, the storage check, Propose, and the intents through Raft;
 //   - hierarchy_record.go: part records, written with a passed part's
