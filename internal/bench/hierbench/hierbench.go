@@ -517,7 +517,7 @@ type classStats struct {
 	// holds each phase of each of them (before, body, commit).
 	phases    phases
 	phaseLats [3][]time.Duration
-	retries int64
+	retries   int64
 	// failed counts the class's transactions that gave up (any time,
 	// warm-up included, without mu).
 	failed atomic.Int64
