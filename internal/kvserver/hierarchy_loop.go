@@ -383,11 +383,7 @@ func (l *hierLoop) carryOut() {
 			continue
 		}
 		// Parts: made durable with their intents in finishParts.
-		if !l.persist(rd.Decisions) {
-			// Not durable: nothing that depends on them may leave.
-			rd.Messages, rd.Resolve = l.withoutUndecided(rd)
-		}
-		l.patch(&rd)
+		l.settle(&rd, l.record(rd.Decisions))
 		l.rt.route(rd.Messages)
 		l.resolve(rd.Resolve)
 		l.lookup(rd.Lookups)
@@ -413,35 +409,37 @@ func (l *hierLoop) send(rd hierarchy.Ready) {
 }
 
 // sendLoop is an inner validator's sender: the Readies in order, each once
-// its decisions' write is over, as a leaf's carryOut does them (overrides,
-// patch, then route, which is hierRuntime.route but in tests).
+// its decisions' write is over, settled as a leaf's carryOut settles them,
+// then routed (route is hierRuntime.route but in tests).
 func (l *hierLoop) sendLoop(route func([]hierarchy.Message)) {
 	defer close(l.sendDone)
 	for o := range l.out {
 		<-o.done
 		rd := o.rd
-		if !l.applyRecorded(rd.Decisions, o.res) {
-			rd.Messages, rd.Resolve = l.withoutUndecided(rd)
-		}
-		l.patch(&rd)
+		l.settle(&rd, o.res)
 		route(rd.Messages)
 	}
 }
 
-// persist records decisions in the status table; false if some could not
-// be written (those are taken out of the overrides as "undecided" by
-// withoutUndecided).
-func (l *hierLoop) persist(ds []hierarchy.Decision) bool {
-	if len(ds) == 0 {
-		return true
+// settle readies rd to go out once its decisions' write is over (r, from
+// record): what the status table holds otherwise goes into the overrides,
+// the messages and resolutions of decisions that could not be written are
+// dropped (nothing that depends on them may leave), and the rest is
+// patched with the overrides.
+func (l *hierLoop) settle(rd *hierarchy.Ready, r recorded) {
+	if !l.applyRecorded(rd.Decisions, r) {
+		rd.Messages, rd.Resolve = l.withoutUndecided(*rd)
 	}
-	return l.applyRecorded(ds, l.record(ds))
+	l.patch(rd)
 }
 
 // record writes decisions to the status table (put-unless-exists) and
 // returns what it holds for them. It touches no loop state, so an inner
 // validator's sender runs several at once.
 func (l *hierLoop) record(ds []hierarchy.Decision) recorded {
+	if len(ds) == 0 {
+		return recorded{}
+	}
 	want := make([]client.TxnDecision, len(ds))
 	for i, d := range ds {
 		c := d.Commit && !tooOld(d.Txn)
@@ -461,28 +459,28 @@ func (l *hierLoop) record(ds []hierarchy.Decision) recorded {
 }
 
 // applyRecorded takes what the status table holds for ds (record) into the
-// overrides: a decision not recorded is marked undecided, one held
-// otherwise is overridden. False if some were not recorded.
+// overrides: a decision not recorded is marked undecided (those are taken
+// out as "undecided" by withoutUndecided), one held otherwise is
+// overridden. False if some were not recorded.
 func (l *hierLoop) applyRecorded(ds []hierarchy.Decision, r recorded) bool {
-	held, recorded, err := r.held, r.recorded, r.err
 	ok := true
 	for i, d := range ds {
-		if !recorded[i] {
+		if !r.recorded[i] {
 			ok = false
 			l.override(hierarchy.Decision{Txn: d.Txn}, true)
 			continue
 		}
-		h := hierarchy.Decision{Txn: d.Txn, Commit: held[i].Committed}
+		h := hierarchy.Decision{Txn: d.Txn, Commit: r.held[i].Committed}
 		if h.Commit {
-			h.TS = held[i].CommitTs
+			h.TS = r.held[i].CommitTs
 		}
 		if h != d {
 			l.rt.metrics.add(&l.rt.metrics.overridden, 1)
 			l.override(h, false)
 		}
 	}
-	if err != nil {
-		l.rt.n.log.Warn("hierarchy: decisions not recorded; not told", "validator", l.id, "err", err)
+	if r.err != nil {
+		l.rt.n.log.Warn("hierarchy: decisions not recorded; not told", "validator", l.id, "err", r.err)
 	}
 	return ok
 }

@@ -513,9 +513,8 @@ func txnOf(ctx context.Context, db *client.DB, k Keyspace, from objects, rng *ra
 // classStats is what one class of transaction recorded in a point.
 type classStats struct {
 	lats []time.Duration
-	// phases sums the phases of the transactions of lats; phaseLats
-	// holds each phase of each of them (before, body, commit).
-	phases    phases
+	// phaseLats holds each phase of each transaction of lats (before,
+	// body, commit).
 	phaseLats [3][]time.Duration
 	retries   int64
 	// failed counts the class's transactions that gave up (any time,
@@ -588,9 +587,6 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 					d := time.Since(start)
 					mu.Lock()
 					cs.lats = append(cs.lats, d)
-					cs.phases.before += ph.before
-					cs.phases.body += ph.body
-					cs.phases.commit += ph.commit
 					for i, d := range []time.Duration{ph.before, ph.body, ph.commit} {
 						cs.phaseLats[i] = append(cs.phaseLats[i], d)
 					}
@@ -653,12 +649,9 @@ func (r *Runner) Run(ctx context.Context, system string, clients int, share floa
 			Failed: c.cs.failed.Load(), AbortedAttempts: c.cs.retries, OneWayMs: float64(r.Delayer.oneWayNs.Load()) / 1e6,
 			RPCsPerTxn: rpcs, ProtocolMessagesPerTxn: msgs, ProtocolStepsPerTxn: steps, Think: r.Think, CPU: cpu, ClientDelay: clientDelay}
 		p.Mean, p.P99 = meanP99(c.cs.lats)
-		if n := time.Duration(len(c.cs.lats)); n > 0 {
-			p.MeanBefore, p.MeanBody, p.MeanCommit = c.cs.phases.before/n, c.cs.phases.body/n, c.cs.phases.commit/n
-			_, p.P99Before = meanP99(c.cs.phaseLats[0])
-			_, p.P99Body = meanP99(c.cs.phaseLats[1])
-			_, p.P99Commit = meanP99(c.cs.phaseLats[2])
-		}
+		p.MeanBefore, p.P99Before = meanP99(c.cs.phaseLats[0])
+		p.MeanBody, p.P99Body = meanP99(c.cs.phaseLats[1])
+		p.MeanCommit, p.P99Commit = meanP99(c.cs.phaseLats[2])
 		out = append(out, p)
 	}
 	return out, nil
